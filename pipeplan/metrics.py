@@ -1,0 +1,124 @@
+"""Metrics of a replayed schedule (REFERENCE section 2): time, utilization, bubble and activation memory."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pipeplan.problem import OpKind
+from pipeplan.simulate import Timeline
+
+# Relative slack when comparing float memory sums to a budget (0.65 + 0.35 may land a hair above 1.0).
+MEMORY_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What a schedule costs. Times in the config's time unit, memory in its memory unit."""
+
+    schedule: str
+    feasible: bool
+    """True when every device's peak activation memory is within its budget (always, without a budget)."""
+    makespan: float
+    """First op start to last op end: the step time with a synchronous optimizer step."""
+    stage_span: float
+    """The largest per-device span (last end - first start): the Zero Bubble paper's cost."""
+    utilization: float
+    """Sum of busy time / (devices x makespan)."""
+    bubble: float
+    """1 - utilization."""
+    peak_memory: float
+    """Largest live activation memory on any device."""
+    peak_memory_per_device: list[float]
+    busy_per_device: list[float]
+    stage_span_per_device: list[float]
+    flushes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract shared by ``simulate``, ``solve`` and the planner."""
+        return asdict(self)
+
+
+def memory_events(timeline: Timeline) -> list[list[tuple[float, float]]]:
+    """Per device, (time, change in live activation memory) for every allocation and release.
+
+    F allocates its stage's activation when it starts; unsplit, B releases all of it when it ends; split, B
+    releases activation - weight_activation and W releases weight_activation when they end.
+    """
+    problem = timeline.problem
+    act = problem.activation_per_stage
+    wact = problem.weight_activation_per_stage
+    split = problem.split_backward
+    events: list[list[tuple[float, float]]] = [[] for _ in range(problem.num_stages)]
+    for op, device, start, end in zip(timeline.ops, timeline.device, timeline.start, timeline.end):
+        s = op.stage
+        if op.kind is OpKind.F:
+            events[device].append((start, act[s]))
+        elif op.kind is OpKind.B:
+            events[device].append((end, -(act[s] - wact[s]) if split else -act[s]))
+        else:
+            events[device].append((end, -wact[s]))
+    return events
+
+
+def memory_timeline(timeline: Timeline) -> list[list[tuple[float, float]]]:
+    """Per device, the live activation memory as steps: (time, level from this time on).
+
+    Intervals are half-open: a release at t happens before an allocation at t, so they never stack.
+    """
+    steps: list[list[tuple[float, float]]] = []
+    for device_events in memory_events(timeline):
+        level = 0.0
+        device_steps: list[tuple[float, float]] = [(0.0, 0.0)]
+        for time, delta in sorted(device_events, key=lambda e: (e[0], e[1])):
+            level += delta
+            if device_steps[-1][0] == time:
+                device_steps[-1] = (time, level)
+            else:
+                device_steps.append((time, level))
+        steps.append(device_steps)
+    return steps
+
+
+def peak_memory_per_device(timeline: Timeline) -> list[float]:
+    """The maximum live activation memory of each device over the step."""
+    return [max(level for _, level in steps) for steps in memory_timeline(timeline)]
+
+
+def within_budget(peaks: list[float], budget: tuple[float, ...] | None) -> bool:
+    """True when every peak fits its device's budget (with float slack), or there is no budget."""
+    if budget is None:
+        return True
+    return all(p <= b * (1 + MEMORY_TOLERANCE) + MEMORY_TOLERANCE for p, b in zip(peaks, budget))
+
+
+def compute_metrics(timeline: Timeline) -> Metrics:
+    """All metrics of REFERENCE section 2 for one replayed schedule."""
+    problem = timeline.problem
+    num_devices = problem.num_stages
+    busy = [0.0] * num_devices
+    first = [float("inf")] * num_devices
+    last = [float("-inf")] * num_devices
+    for device, start, end in zip(timeline.device, timeline.start, timeline.end):
+        busy[device] += end - start
+        if start < first[device]:
+            first[device] = start
+        if end > last[device]:
+            last[device] = end
+    makespan = max(last) - min(first)
+    spans = [last[d] - first[d] if last[d] >= first[d] else 0.0 for d in range(num_devices)]
+    utilization = sum(busy) / (num_devices * makespan) if makespan > 0 else 1.0
+    peaks = peak_memory_per_device(timeline)
+    return Metrics(
+        schedule=timeline.schedule.name,
+        feasible=within_budget(peaks, problem.budget_per_device),
+        makespan=makespan,
+        stage_span=max(spans),
+        utilization=utilization,
+        bubble=1.0 - utilization,
+        peak_memory=max(peaks),
+        peak_memory_per_device=peaks,
+        busy_per_device=busy,
+        stage_span_per_device=spans,
+        flushes=timeline.schedule.flushes,
+    )

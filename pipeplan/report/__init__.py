@@ -1,0 +1,1 @@
+"""Presentation: terminal tables (rich) and figures (plotly). The core modules never import from here."""

@@ -1,0 +1,75 @@
+"""A schedule: for every device, the order in which it runs its ops.
+
+Only the order is planned; start times come from the simulator (:mod:`pipeplan.simulate`), exactly as a
+runtime such as ``torch.distributed.pipelining`` runs each rank's list as soon as it can.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipeplan.problem import Op, Problem
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot be run: an op missing, repeated, on the wrong device, or a deadlocked order."""
+
+
+class NotApplicable(ValueError):
+    """A generator that does not apply to a problem (e.g. a zero-bubble schedule without a split backward)."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Per-device op orders of one optimizer step.
+
+    ``orders[d]`` is the sequence of ops device d runs, first to last. ``flushes`` counts fill-and-drain phases
+    (GPipe under a budget runs several; 1 otherwise).
+    """
+
+    name: str
+    orders: tuple[tuple[Op, ...], ...]
+    flushes: int = 1
+
+    @classmethod
+    def from_lists(cls, name: str, orders: Sequence[Sequence[Op]], flushes: int = 1) -> Schedule:
+        """Build a schedule from mutable per-device lists."""
+        return cls(name, tuple(tuple(order) for order in orders), flushes)
+
+    @property
+    def num_ops(self) -> int:
+        return sum(len(order) for order in self.orders)
+
+
+def check_complete(problem: Problem, schedule: Schedule) -> None:
+    """Raise :class:`ScheduleError` unless every op of ``problem`` appears exactly once, on its own device."""
+    if len(schedule.orders) != problem.num_stages:
+        raise ScheduleError(
+            f"schedule {schedule.name!r} has {len(schedule.orders)} device orders, expected {problem.num_stages}"
+        )
+    valid_kinds = set(problem.kinds)
+    for device, order in enumerate(schedule.orders):
+        for op in order:
+            if not (0 <= op.stage < problem.num_model_stages and 0 <= op.microbatch < problem.num_microbatches):
+                raise ScheduleError(f"schedule {schedule.name!r} has op {op.label}, which is not in the problem")
+            if op.kind not in valid_kinds:
+                raise ScheduleError(
+                    f"schedule {schedule.name!r} has op {op.label}, but this problem has no {op.kind.value} ops"
+                )
+            if problem.device_of(op.stage) != device:
+                raise ScheduleError(
+                    f"schedule {schedule.name!r} runs {op.label} on device {device}, but stage {op.stage} lives "
+                    f"on device {problem.device_of(op.stage)}"
+                )
+    counts = Counter(op for order in schedule.orders for op in order)
+    repeated = sorted((op.label for op, n in counts.items() if n > 1))
+    if repeated:
+        raise ScheduleError(f"schedule {schedule.name!r} repeats ops: {', '.join(repeated[:10])}")
+    expected = problem.num_model_stages * problem.num_microbatches * len(problem.kinds)
+    if len(counts) != expected:
+        missing = [op.label for op in problem.all_ops() if op not in counts]
+        raise ScheduleError(
+            f"schedule {schedule.name!r} is missing {len(missing)} ops: {', '.join(missing[:10])}"
+        )

@@ -1,0 +1,51 @@
+"""Schedule generators, found by name.
+
+Every generator has the same signature, ``(problem) -> Schedule``, is a pure function of the problem, and is
+registered here with its name. :data:`REGISTRY` keeps registration order, which is also the order of
+simplicity used to break ties (GPipe is simpler than 1F1B, which is simpler than the zero-bubble family).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pipeplan.problem import ConfigError, Problem
+from pipeplan.schedule import Schedule
+
+Generator = Callable[[Problem], Schedule]
+
+# name -> generator, in order of simplicity.
+REGISTRY: dict[str, Generator] = {}
+
+
+def register(name: str) -> Callable[[Generator], Generator]:
+    """Decorator that registers a generator under ``name``."""
+
+    def wrap(generator: Generator) -> Generator:
+        assert name not in REGISTRY, f"schedule {name} registered twice"
+        REGISTRY[name] = generator
+        return generator
+
+    return wrap
+
+
+def names() -> list[str]:
+    """Registered schedule names, simplest first."""
+    return list(REGISTRY)
+
+
+def get(name: str) -> Generator:
+    """The generator called ``name``; an unknown name raises :class:`ConfigError` listing the valid ones."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown schedule {name!r}; valid names: {', '.join(REGISTRY)}") from None
+
+
+def generate(name: str, problem: Problem) -> Schedule:
+    """Build the schedule called ``name`` for ``problem``."""
+    return get(name)(problem)
+
+
+# Importing the modules registers their generators, in order of simplicity.
+from pipeplan.schedules import gpipe, one_f_one_b  # noqa: E402, F401
