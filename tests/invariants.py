@@ -64,7 +64,7 @@ def assert_valid(problem: Problem, timeline: Timeline, metrics: Metrics | None =
         by_device[problem.device_of(op.stage)].append((start, end))
     for device, spans in by_device.items():
         spans.sort()
-        for (s1, e1), (s2, _) in zip(spans, spans[1:]):
+        for (_, e1), (s2, _) in zip(spans, spans[1:]):
             assert s2 >= e1 - EPS, f"device {device} runs two ops at once around t={s2}"
     if metrics is not None:
         peaks = peak_memory(problem, timeline)

@@ -1,0 +1,42 @@
+"""The bad-input table shared by the config and CLI tests: each fixture in ``tests/configs/`` and its message.
+
+Each row is (file name, a substring the error message must contain). The substring names the field or the
+place in the file, so a message that stopped saying what is wrong would fail the test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONFIGS = Path(__file__).parent / "configs"
+
+BAD_CONFIGS: list[tuple[str, str]] = [
+    ("bad-missing-file.yaml", "does not exist"),  # deliberately not in tests/configs/
+    ("bad-yaml-syntax.yaml", "YAML syntax error at line 3"),
+    ("bad-wrong-type-count.yaml", "pipeline.num_stages must be a whole number >= 1, got 'eight'"),
+    ("bad-wrong-type-cost.yaml", "costs.forward must be a finite number or a list of finite numbers, got 'fast'"),
+    ("bad-fractional-count.yaml", "pipeline.num_microbatches must be a whole number >= 1, got 8.5"),
+    ("bad-inf-cost.yaml", "costs.forward must be a finite number or a list of finite numbers, got inf"),
+    ("bad-nan-cost.yaml", "costs.backward must be a finite number or a list of finite numbers, got nan"),
+    ("bad-negative-cost.yaml", "costs.comm must be >= 0, got -0.5"),
+    ("bad-zero-count.yaml", "pipeline.num_microbatches must be >= 1, got 0"),
+    ("bad-negative-count.yaml", "pipeline.num_stages must be >= 1, got -2"),
+    ("bad-missing-count.yaml", "pipeline.num_microbatches is missing"),
+    ("bad-list-length.yaml", "costs.forward has 3 values; give a single number or a list of 4 (one per device)"),
+    ("bad-weight-activation.yaml", "memory.weight_activation (1.5) is above memory.activation (1)"),
+    ("bad-budget-below-activation.yaml", "memory.budget (1.5) on device 0 is below one activation (2)"),
+    ("bad-empty.yaml", "the config file is empty"),
+    ("bad-top-level-list.yaml", "the top level must be a mapping"),
+    ("bad-unknown-top-key.yaml", "unknown top-level key 'cost'; valid keys: name, pipeline, costs"),
+    ("bad-unknown-nested-key.yaml", "unknown key costs.backwards; valid keys in costs: forward, backward"),
+    ("bad-duplicate-key.yaml", "line 4: key 'num_stages' is given twice"),
+    ("bad-section-not-mapping.yaml", "costs must be a mapping of forward, backward"),
+    ("bad-split-without-weight.yaml", "costs.backward_weight must be > 0 on every stage or 0 on every stage"),
+    ("bad-solver-objective.yaml", "solver.objective must be one of makespan, stage_span, got 'throughput'"),
+]
+
+GOOD_CONFIGS: list[Path] = [
+    CONFIGS.parent.parent / "models" / "seed-8x64.yaml",
+    CONFIGS / "good-minimal.yaml",
+    CONFIGS / "good-per-stage-split.yaml",
+]
