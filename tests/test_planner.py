@@ -1,0 +1,96 @@
+"""The planner's contract (issue 2): ``plan(num_stages=8, total_microbatches=64, memory_budget=8)`` and friends."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipeplan import ConfigError, NotApplicable, Problem, formulas, generate, plan, schedule_names
+
+ENTRY_KEYS = {"schedule", "utilization", "bubble", "makespan", "peak_memory", "fits"}
+
+
+def test_seed_chooses_1f1b_at_90_percent() -> None:
+    result = plan(num_stages=8, total_microbatches=64, memory_budget=8)
+    chosen = result["chosen"]
+    assert chosen["schedule"] == "1f1b"
+    work = 64 * (1.0 + 2.0)
+    assert chosen["utilization"] == pytest.approx(work / formulas.one_f_one_b_makespan(8, 64, 1.0, 2.0))
+    assert str(chosen["utilization"]).startswith("0.9014")
+    assert chosen["makespan"] == formulas.one_f_one_b_makespan(8, 64, 1.0, 2.0)
+    assert chosen["peak_memory"] == 8
+    assert chosen["bubble"] == pytest.approx(1 - chosen["utilization"])
+    assert ENTRY_KEYS <= set(chosen)
+
+
+def test_candidates_cover_every_generator_and_gpipe_flush_sizes() -> None:
+    result = plan(num_stages=8, total_microbatches=64, memory_budget=8)
+    candidates = result["candidates"]
+    for entry in candidates:
+        assert ENTRY_KEYS <= set(entry)
+        assert entry["fits"] == entry["feasible"]
+    problem = Problem(num_stages=8, num_microbatches=64, budget=8)
+    applicable = []
+    for name in schedule_names():
+        try:
+            generate(name, problem)
+        except NotApplicable:
+            continue
+        applicable.append(name)
+    assert {"gpipe", "1f1b"} <= set(applicable)
+    assert set(applicable) <= {c["schedule"] for c in candidates}
+    gpipes = [c for c in candidates if c["schedule"] == "gpipe"]
+    sizes = {c["microbatches_per_flush"] for c in gpipes}
+    assert {64, 32, 8, 1} <= sizes
+    # Every flush count from 1 to 64 is represented, once.
+    assert sorted(c["flushes"] for c in gpipes) == sorted({math.ceil(64 / k) for k in range(1, 65)})
+    for c in gpipes:
+        k = c["microbatches_per_flush"]
+        assert c["fits"] == (k <= 8), k
+        assert c["peak_memory"] == k
+        assert c["makespan"] == formulas.gpipe_makespan(8, 64, k, 1.0, 2.0)
+
+
+def test_unbudgeted_tie_goes_to_the_simpler_schedule() -> None:
+    """Without a budget GPipe in one flush and 1F1B both take (N + P - 1)(F + B): GPipe is simpler."""
+    result = plan(num_stages=4, total_microbatches=8)
+    by_name = {c["schedule"]: c for c in result["candidates"] if c["flushes"] == 1}
+    assert by_name["gpipe"]["makespan"] == by_name["1f1b"]["makespan"]
+    assert result["chosen"]["schedule"] == "gpipe"
+    assert result["chosen"]["flushes"] == 1
+
+
+def test_single_microbatch_tie_goes_to_gpipe() -> None:
+    result = plan(num_stages=5, total_microbatches=1, memory_budget=1, forward=0.7, backward=1.3)
+    assert result["chosen"]["schedule"] == "gpipe"
+    assert result["chosen"]["makespan"] == pytest.approx(5 * 2.0)
+
+
+def test_costs_are_keywords() -> None:
+    result = plan(num_stages=4, total_microbatches=16, memory_budget=4, forward=2.0, backward=1.0, comm=0.0)
+    assert result["chosen"]["schedule"] == "1f1b"
+    assert result["chosen"]["makespan"] == formulas.one_f_one_b_makespan(4, 16, 2.0, 1.0)
+
+
+def test_tight_budget_picks_the_best_feasible_variant() -> None:
+    """Budget 2 on 8 stages: plain 1F1B would need 8, so 1F1B's warm-up shrinks; GPipe needs 32 flushes."""
+    result = plan(num_stages=8, total_microbatches=64, memory_budget=2)
+    chosen = result["chosen"]
+    assert chosen["fits"]
+    assert chosen["peak_memory"] <= 2
+    fitting = [c for c in result["candidates"] if c["fits"]]
+    assert chosen["bubble"] == min(c["bubble"] for c in fitting)
+
+
+@pytest.mark.parametrize("budget", [0.5, 0, [8, 8, 8, 0.9, 8, 8, 8, 8]])
+def test_budget_below_one_activation_is_an_error(budget: float | list[float]) -> None:
+    with pytest.raises(ConfigError, match="below one activation"):
+        plan(num_stages=8, total_microbatches=64, memory_budget=budget)
+    with pytest.raises(ValueError):
+        plan(num_stages=8, total_microbatches=64, memory_budget=budget)
+
+
+def test_invalid_counts_are_errors() -> None:
+    with pytest.raises(ConfigError, match="num_microbatches must be >= 1"):
+        plan(num_stages=8, total_microbatches=0, memory_budget=8)
