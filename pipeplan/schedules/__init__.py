@@ -48,4 +48,7 @@ def generate(name: str, problem: Problem) -> Schedule:
 
 
 # Importing the modules registers their generators, in order of simplicity.
-from pipeplan.schedules import gpipe, one_f_one_b  # noqa: E402, F401
+from pipeplan.schedules import gpipe, one_f_one_b  # noqa: E402, F401, I001 (registration order)
+from pipeplan.schedules import zero_bubble  # noqa: E402, F401
+from pipeplan.schedules import interleaved  # noqa: E402, F401
+from pipeplan.schedules import vshape  # noqa: E402, F401
