@@ -1,0 +1,196 @@
+"""Figures of replayed schedules (plotly): Gantt charts, activation memory over time, side-by-side comparisons.
+
+Everything here reads a :class:`~pipeplan.simulate.Timeline` (and, for memory, :func:`memory_timeline`); nothing
+recomputes times. Figures are returned, not shown; :func:`save` writes them to HTML and, when plotly's static
+export works on this machine, to PNG.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from pipeplan.metrics import memory_timeline
+from pipeplan.problem import OpKind
+from pipeplan.simulate import Timeline
+
+log = logging.getLogger(__name__)
+
+# Op kind -> bar colour: forward blue, backward (input gradient) orange, weight gradient green.
+KIND_COLOURS: dict[OpKind, str] = {OpKind.F: "#4C78A8", OpKind.B: "#F58518", OpKind.W: "#54A24B"}
+KIND_NAMES: dict[OpKind, str] = {OpKind.F: "F (forward)", OpKind.B: "B (backward)", OpKind.W: "W (weight grad)"}
+# Device index -> line colour in memory plots (cycled).
+DEVICE_COLOURS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D")
+# Where Debian and Ubuntu put Chromium, for kaleido's static export.
+SYSTEM_CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _device_label(device: int) -> str:
+    return f"device {device}"
+
+
+# Label bars with their microbatch only up to this many microbatches; beyond, the labels are unreadable.
+MAX_LABELLED_MICROBATCHES = 16
+
+
+def gantt_traces(timeline: Timeline, show_legend: bool = True) -> list[go.Bar]:
+    """One horizontal bar trace per op kind: a bar per op from its start to its end, labelled by microbatch.
+
+    Hovering a bar shows the op (kind, microbatch, model stage), its start and its end.
+    """
+    problem = timeline.problem
+    labelled = problem.num_microbatches <= MAX_LABELLED_MICROBATCHES
+    traces = []
+    for kind in problem.kinds:
+        picked = [i for i, op in enumerate(timeline.ops) if op.kind is kind]
+        traces.append(
+            go.Bar(
+                orientation="h",
+                name=KIND_NAMES[kind],
+                legendgroup=kind.value,
+                showlegend=show_legend,
+                marker={"color": KIND_COLOURS[kind], "line": {"color": "white", "width": 0.5}},
+                y=[_device_label(timeline.device[i]) for i in picked],
+                base=[timeline.start[i] for i in picked],
+                x=[timeline.end[i] - timeline.start[i] for i in picked],
+                text=[str(timeline.ops[i].microbatch) for i in picked] if labelled else None,
+                textposition="inside" if labelled else "none",
+                insidetextanchor="middle",
+                customdata=[[timeline.ops[i].label, timeline.start[i], timeline.end[i]] for i in picked],
+                hovertemplate="%{customdata[0]}<br>start %{customdata[1]:.4g}<br>end %{customdata[2]:.4g}"
+                "<extra></extra>",
+            )
+        )
+    return traces
+
+
+def _device_axis(num_devices: int) -> dict[str, object]:
+    """A categorical y axis listing devices top to bottom, device 0 first."""
+    labels = [_device_label(d) for d in range(num_devices)]
+    return {"categoryorder": "array", "categoryarray": labels, "autorange": "reversed", "title": None}
+
+
+def gantt(timeline: Timeline, title: str | None = None, time_unit: str = "units") -> go.Figure:
+    """The Gantt chart of one replayed schedule: a row per device, F/B/W in distinct colours."""
+    fig = go.Figure(gantt_traces(timeline))
+    fig.update_layout(
+        title=title or timeline.schedule.name,
+        barmode="overlay",
+        uniformtext={"minsize": 7, "mode": "hide"},
+        xaxis={"title": f"time ({time_unit})"},
+        yaxis=_device_axis(timeline.problem.num_stages),
+        height=140 + 40 * timeline.problem.num_stages,
+    )
+    return fig
+
+
+def memory_traces(timeline: Timeline, show_legend: bool = True) -> list[go.Scatter]:
+    """One step line per device: live activation memory from time 0 to the end of the step."""
+    end = max(timeline.end)
+    traces = []
+    for device, steps in enumerate(memory_timeline(timeline)):
+        times = [t for t, _ in steps] + [end]
+        levels = [level for _, level in steps] + [steps[-1][1]]
+        traces.append(
+            go.Scatter(
+                x=times,
+                y=levels,
+                mode="lines",
+                line={"shape": "hv", "color": DEVICE_COLOURS[device % len(DEVICE_COLOURS)]},
+                name=f"{_device_label(device)} memory",
+                legendgroup=f"memory-{device}",
+                showlegend=show_legend,
+                hovertemplate=f"{_device_label(device)}<br>t %{{x:.4g}}<br>live %{{y:.4g}}<extra></extra>",
+            )
+        )
+    return traces
+
+
+def memory_figure(
+    timeline: Timeline, title: str | None = None, time_unit: str = "units", memory_unit: str = "slots"
+) -> go.Figure:
+    """Live activation memory over time, one panel per device, with the device's budget as a dashed line."""
+    problem = timeline.problem
+    num_devices = problem.num_stages
+    fig = make_subplots(rows=num_devices, cols=1, shared_xaxes=True, vertical_spacing=0.02,
+                        subplot_titles=[_device_label(d) for d in range(num_devices)])
+    budget = problem.budget_per_device
+    for device, trace in enumerate(memory_traces(timeline, show_legend=False)):
+        fig.add_trace(trace, row=device + 1, col=1)
+        if budget is not None:
+            fig.add_hline(y=budget[device], line={"dash": "dash", "color": "grey"}, row=device + 1, col=1)
+        fig.update_yaxes(title=memory_unit, rangemode="tozero", row=device + 1, col=1)
+    fig.update_xaxes(title=f"time ({time_unit})", row=num_devices, col=1)
+    fig.update_layout(title=title or f"{timeline.schedule.name}: live activation memory",
+                      height=120 + 110 * num_devices)
+    return fig
+
+
+def compare(
+    timelines: Sequence[Timeline],
+    titles: Sequence[str],
+    title: str,
+    time_unit: str = "units",
+    memory_unit: str = "slots",
+) -> go.Figure:
+    """Schedules stacked on one time axis: for each, its Gantt chart and, below it, memory per device."""
+    assert len(timelines) == len(titles) and timelines
+    num_devices = max(t.problem.num_stages for t in timelines)
+    subplot_titles = []
+    for name in titles:
+        subplot_titles += [name, "live activation memory per device"]
+    row_heights = [float(num_devices), 3.0] * len(timelines)
+    fig = make_subplots(rows=2 * len(timelines), cols=1, shared_xaxes=True, vertical_spacing=0.05,
+                        subplot_titles=subplot_titles, row_heights=row_heights)
+    for k, timeline in enumerate(timelines):
+        gantt_row, memory_row = 2 * k + 1, 2 * k + 2
+        for trace in gantt_traces(timeline, show_legend=k == 0):
+            fig.add_trace(trace, row=gantt_row, col=1)
+        fig.update_yaxes(row=gantt_row, col=1, **_device_axis(timeline.problem.num_stages))
+        for trace in memory_traces(timeline, show_legend=k == 0):
+            fig.add_trace(trace, row=memory_row, col=1)
+        budget = timeline.problem.budget_per_device
+        if budget is not None:
+            for level in sorted(set(budget)):
+                fig.add_hline(y=level, line={"dash": "dash", "color": "grey"}, row=memory_row, col=1,
+                              annotation_text=f"budget {level:g}", annotation_position="top left")
+        fig.update_yaxes(title=memory_unit, rangemode="tozero", row=memory_row, col=1)
+    fig.update_xaxes(title=f"time ({time_unit})", row=2 * len(timelines), col=1)
+    fig.update_layout(
+        title=title,
+        barmode="overlay",
+        uniformtext={"minsize": 7, "mode": "hide"},
+        height=200 + len(timelines) * (40 * num_devices + 200),
+        width=1400,
+    )
+    return fig
+
+
+def save(fig: go.Figure, path: str | os.PathLike[str], png: bool = True) -> list[Path]:
+    """Write ``fig`` to ``path`` with suffix .html and, if ``png`` and static export works, .png.
+
+    PNG export needs kaleido and a Chrome or Chromium; when it fails the HTML is kept and a warning is logged.
+    Returns the paths written.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    html = target.with_suffix(".html")
+    fig.write_html(html, include_plotlyjs="cdn")
+    written = [html]
+    if not png:
+        return written
+    if "BROWSER_PATH" not in os.environ and SYSTEM_CHROMIUM.exists():
+        os.environ["BROWSER_PATH"] = str(SYSTEM_CHROMIUM)
+    image = target.with_suffix(".png")
+    try:
+        fig.write_image(image, width=fig.layout.width or 1400, height=fig.layout.height or 800, scale=1)
+    except Exception as exc:  # kaleido raises several kinds (no browser, timeout, missing package)
+        log.warning("PNG export of %s failed (%s: %s); the HTML is at %s", image, type(exc).__name__, exc, html)
+    else:
+        written.append(image)
+    return written
