@@ -1,0 +1,66 @@
+"""Figures read the timeline faithfully: one bar per op at its start and length, memory lines as the steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeplan import OpKind, Problem, generate, memory_timeline, simulate
+from pipeplan.report.figures import KIND_COLOURS, compare, gantt, memory_figure, save
+
+SPLIT = Problem(num_stages=3, num_microbatches=4, forward=1.0, backward=1.5, backward_weight=0.5, comm=0.25,
+                activation=2.0, weight_activation=0.5, budget=5)
+
+
+def test_gantt_has_a_bar_per_op_at_its_time() -> None:
+    timeline = simulate(SPLIT, generate("1f1b", SPLIT))
+    fig = gantt(timeline, title="trace")
+    assert [trace.name[0] for trace in fig.data] == ["F", "B", "W"]
+    assert len({trace.marker.color for trace in fig.data}) == 3
+    bars = {}
+    for trace in fig.data:
+        for y, base, width, text, custom in zip(trace.y, trace.base, trace.x, trace.text, trace.customdata):
+            bars[custom[0]] = (y, base, width, text, custom[1], custom[2])
+    assert len(bars) == len(timeline.ops) == 3 * 4 * 3
+    for op, device, start, end in zip(timeline.ops, timeline.device, timeline.start, timeline.end):
+        y, base, width, text, hover_start, hover_end = bars[op.label]
+        assert y == f"device {device}"
+        assert (base, base + width) == (start, end)
+        assert text == str(op.microbatch)
+        assert (hover_start, hover_end) == (start, end)
+    assert "start" in fig.data[0].hovertemplate and "end" in fig.data[0].hovertemplate
+    assert fig.data[0].marker.color == KIND_COLOURS[OpKind.F]
+
+
+def test_memory_figure_follows_the_memory_timeline() -> None:
+    timeline = simulate(SPLIT, generate("gpipe", SPLIT))
+    fig = memory_figure(timeline)
+    steps = memory_timeline(timeline)
+    assert len(fig.data) == SPLIT.num_stages
+    for device, trace in enumerate(fig.data):
+        assert list(trace.x[:-1]) == [t for t, _ in steps[device]]
+        assert list(trace.y[:-1]) == [level for _, level in steps[device]]
+        assert trace.x[-1] == max(timeline.end)
+        assert trace.line.shape == "hv"
+    # GPipe fits 2 microbatches of 2 per flush in a budget of 5: the peak is 4 on every device.
+    assert [max(trace.y) for trace in fig.data] == [4, 4, 4]
+    budget_lines = [shape for shape in fig.layout.shapes if shape.y0 == shape.y1 == 5]
+    assert len(budget_lines) == SPLIT.num_stages
+
+
+def test_compare_stacks_gantt_and_memory_rows(tmp_path: Path) -> None:
+    problem = Problem(num_stages=4, num_microbatches=8)
+    timelines = [simulate(problem, generate(name, problem)) for name in ("gpipe", "1f1b")]
+    fig = compare(timelines, ["GPipe", "1F1B"], title="two schedules")
+    kinds_per_row = 2  # F and B, unsplit
+    assert len(fig.data) == 2 * (kinds_per_row + problem.num_stages)
+    peaks = [max(max(trace.y) for trace in fig.data[start:start + 4]) for start in (2, 8)]
+    assert peaks == [8, 4]
+    written = save(fig, tmp_path / "sub" / "cmp", png=False)
+    assert written == [tmp_path / "sub" / "cmp.html"]
+    assert "plotly" in written[0].read_text(encoding="utf-8").lower()
+
+
+def test_large_gantt_drops_microbatch_labels() -> None:
+    problem = Problem(num_stages=2, num_microbatches=40)
+    fig = gantt(simulate(problem, generate("1f1b", problem)))
+    assert all(trace.text is None for trace in fig.data)
