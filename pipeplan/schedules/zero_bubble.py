@@ -4,9 +4,13 @@ Both need a split backward (B = input gradient, W = weight gradient) and one chu
 ``warmup[r]`` forwards, then steps i = 0, 1, ...: a forward if any remain, the B of microbatch i and, once
 ``i >= w_delay[r]``, the oldest pending W; after the last B, the remaining Ws in microbatch order.
 
-- ZB-H1: warmup = min(P - r - 1, N), w_delay = r. Peak (P - r)·activation + r·weight_activation on rank r, so at
-  most P·activation. Uniform stages, no comm: stage span N(F+B+W) + (P-1)(F+B-W) when N >= 2P... (see formulas).
-- ZB-H2: warmup = min(2(P - r - 1), N), w_delay = 2r. Peak at most (2P - 1)·activation.
+- ZB-H1: warmup = min(P - r - 1, N), w_delay = r. Rank r peaks at (P - r)·activation + r·weight_activation (N
+  large enough), so at most P·activation, on rank 0. Uniform stages: stage span N(F+B+W) + (P-1)(F+B-W+4C).
+- ZB-H2: warmup = min(2(P - r - 1), N), w_delay = 2r. Peak at most (2P - 1)·activation. Uniform stages: stage
+  span N(F+B+W) + (P-1)(F+B+2C-2W).
+
+The two stage spans (:mod:`pipeplan.formulas`) are exact in the paper's regime, W <= min(F, B) and 2C <= W, for
+N > P (ZB-H1) and N >= 2P - 1 (ZB-H2); outside it the replay is the truth.
 
 The budget is not adapted: these are the published constructions, and when their peak is above the budget the
 metrics report the schedule infeasible rather than this module changing it. The warm-up never increases with the
