@@ -1,21 +1,26 @@
-"""Pick the schedule with the least bubble that fits the budget, among every registered generator.
+"""Choose a schedule: the quick planner over named schedules, and the comparison with the optimizer.
 
-This is the seed's quick answer (no solver): it simulates each named schedule, and GPipe with each flush size,
-and keeps the feasible one with the lowest bubble; ties go to the simpler schedule.
+:func:`plan` is the seed's quick answer (no solver): it simulates each named schedule, and GPipe with each flush
+size, and keeps the feasible one with the lowest bubble; ties go to the simpler schedule. :func:`compare` is
+what ``pipeplan solve`` shows: every named schedule beside the CP-SAT optimum, and the one to run.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pipeplan import schedules
+from pipeplan.config import SolverSettings
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError, Problem
 from pipeplan.schedule import NotApplicable, Schedule
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
-from pipeplan.simulate import simulate
+from pipeplan.simulate import Timeline, simulate
+from pipeplan.solver import ProgressCallback, SolveResult, objective_of, solve
 
 log = logging.getLogger(__name__)
 
@@ -99,3 +104,114 @@ def plan(
         return row
 
     return {"chosen": entry(chosen), "candidates": [entry(m) for m in evaluated]}
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """One named schedule replayed on a problem."""
+
+    schedule: Schedule
+    timeline: Timeline
+    metrics: Metrics
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every named schedule and the optimizer's answer on one problem, and the one to run.
+
+    ``chosen`` is the feasible schedule with the best objective; a named schedule wins a tie with the optimizer,
+    since frameworks already implement it. ``skipped`` says, per schedule name, why it does not apply.
+    """
+
+    problem: Problem
+    objective: str
+    named: list[Evaluated]
+    optimal: SolveResult
+    skipped: dict[str, str]
+    chosen: str
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One JSON-ready record per schedule: ``simulate``'s fields, plus status, bound and gap for the optimizer."""
+        rows = [e.metrics.to_dict() for e in self.named]
+        opt = self.optimal.metrics.to_dict()
+        opt.update(
+            status=self.optimal.status,
+            lower_bound=self.optimal.lower_bound,
+            gap=self.optimal.gap,
+            solve_time_s=self.optimal.solve_time_s,
+            source=self.optimal.source,
+        )
+        rows.append(opt)
+        return rows
+
+    def summary(self, name: str) -> dict[str, Any]:
+        """The ``solve --format json`` object."""
+        budget = self.problem.budget_per_device
+        memory_budget: float | list[float] | None
+        if budget is None:
+            memory_budget = None
+        elif len(set(budget)) == 1:
+            memory_budget = budget[0]
+        else:
+            memory_budget = list(budget)
+        return {
+            "name": name,
+            "num_stages": self.problem.num_stages,
+            "num_microbatches": self.problem.num_microbatches,
+            "num_chunks": self.problem.num_chunks,
+            "memory_budget": memory_budget,
+            "objective": self.objective,
+            "schedules": self.rows(),
+            "skipped": self.skipped,
+            "chosen": self.chosen,
+        }
+
+    def timelines(self) -> dict[str, Timeline]:
+        """Replayed timeline of every schedule, keyed by schedule name."""
+        found = {e.schedule.name: e.timeline for e in self.named}
+        found["optimal"] = self.optimal.timeline
+        return found
+
+
+def evaluate_named(problem: Problem) -> tuple[list[Evaluated], dict[str, str]]:
+    """Replay every registered schedule that applies; return them and, keyed by name, why others were skipped."""
+    named: list[Evaluated] = []
+    skipped: dict[str, str] = {}
+    for name in schedules.names():
+        try:
+            schedule = schedules.generate(name, problem)
+        except NotApplicable as exc:
+            skipped[name] = str(exc)
+            continue
+        timeline = simulate(problem, schedule)
+        named.append(Evaluated(schedule, timeline, compute_metrics(timeline)))
+    return named, skipped
+
+
+def compare(
+    problem: Problem,
+    settings: SolverSettings,
+    progress: ProgressCallback | None = None,
+    hints: Sequence[Schedule] = (),
+) -> Comparison:
+    """Replay every named schedule, run the optimizer, and choose the feasible schedule with the best objective."""
+    named, skipped = evaluate_named(problem)
+    optimal = solve(
+        problem,
+        objective=settings.objective,
+        time_limit_s=settings.time_limit_s,
+        num_workers=settings.num_workers,
+        random_seed=settings.random_seed,
+        progress=progress,
+        hints=hints,
+    )
+    order = {name: i for i, name in enumerate(schedules.names())}
+    feasible = [
+        (objective_of(e.metrics, settings.objective), order[e.schedule.name], e.schedule.name)
+        for e in named
+        if e.metrics.feasible
+    ]
+    feasible.append((optimal.objective, len(order), "optimal"))
+    best = min(value for value, _, _ in feasible)
+    chosen = min(entry for entry in feasible if entry[0] <= best * (1 + _TIE) + _TIE)[2]
+    return Comparison(problem, settings.objective, named, optimal, skipped, chosen)

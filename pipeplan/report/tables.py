@@ -44,3 +44,44 @@ def metrics_table(title: str, metrics: dict[str, Any], units: Units, budget: Seq
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def comparison_table(summary: dict[str, Any], units: Units) -> Table:
+    """Every schedule of a ``solve`` summary side by side; the chosen one marked and highlighted."""
+    objective = summary["objective"]
+    budget = summary["memory_budget"]
+    budget_text = "unlimited" if budget is None else (
+        f"{budget:g}" if isinstance(budget, (int, float)) else " ".join(f"{b:g}" for b in budget)
+    )
+    table = Table(
+        title=f"{summary['name']}: {summary['num_stages']} stages x {summary['num_microbatches']} microbatches"
+        f"{' x ' + str(summary['num_chunks']) + ' chunks' if summary.get('num_chunks', 1) > 1 else ''}, "
+        f"budget {budget_text} {units.memory}, objective {objective}",
+        header_style="bold",
+    )
+    table.add_column("schedule")
+    table.add_column(f"makespan ({units.time})", justify="right")
+    table.add_column(f"stage span ({units.time})", justify="right")
+    table.add_column("bubble", justify="right")
+    table.add_column("utilization", justify="right")
+    table.add_column(f"peak memory ({units.memory})", justify="right")
+    table.add_column("fits budget")
+    table.add_column("optimizer", justify="left")
+    for row in summary["schedules"]:
+        chosen = row["schedule"] == summary["chosen"]
+        solver = ""
+        if "status" in row:
+            solver = f"{row['status']}, bound {_fmt_time(row['lower_bound'])}, gap {_fmt_pct(row['gap'])}"
+        table.add_row(
+            ("* " if chosen else "  ") + row["schedule"],
+            _fmt_time(row["makespan"]),
+            _fmt_time(row["stage_span"]),
+            _fmt_pct(row["bubble"]),
+            _fmt_pct(row["utilization"]),
+            _fmt_memory(row["peak_memory"]),
+            "yes" if row["feasible"] else "NO",
+            solver,
+            style="bold green" if chosen else (None if row["feasible"] else "dim"),
+        )
+    table.caption = f"* chosen: {summary['chosen']} (feasible, best {objective}; ties go to the named schedule)"
+    return table
