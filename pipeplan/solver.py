@@ -84,6 +84,11 @@ class SolveResult:
     ticks_per_unit: int
     heuristics: dict[str, float] = field(default_factory=dict)
     """Objective of every feasible warm start, keyed by its name."""
+    solver_objective: float | None = None
+    """CP-SAT's own objective value (config's unit) when the order came from CP-SAT, else None."""
+    solver_times: dict[Op, tuple[float, float]] | None = None
+    """CP-SAT's (start, end) of every op (config's unit) when the order came from CP-SAT; the replay starts each
+    op no later, and reaches the same objective when the solve is optimal."""
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -528,17 +533,21 @@ def solve(
 
     source = best.schedule.name
     chosen = best.schedule
+    raw: tuple[float, dict[Op, tuple[float, float]]] | None = None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bound_ticks = max(bound_ticks, solver.best_objective_bound)
         solved = _read_order(model, solver, "optimal")
         solved_metrics = compute_metrics(simulate(ticked, solved))
         if solved_metrics.feasible and objective_of(solved_metrics, objective) <= best.objective + _EPS:
             chosen, source = solved, "cp-sat"
+            times = {op: (solver.value(t.start) / time_scale, (solver.value(t.start) + t.duration) / time_scale)
+                     for op, t in model.tasks.items()}
+            raw = (solver.objective_value / time_scale, times)
         else:
             log.warning("the solver's schedule replays worse than warm start %s; returning that", best.schedule.name)
     elif status == cp_model.INFEASIBLE:
         log.warning("CP-SAT reports the tick model infeasible; returning the best warm start")
-    return _result(problem, objective, chosen, source, bound_ticks, time_scale, started, best, candidates)
+    return _result(problem, objective, chosen, source, bound_ticks, time_scale, started, best, candidates, raw)
 
 
 def _result(
@@ -551,6 +560,7 @@ def _result(
     started: float,
     best: _Candidate,
     candidates: list[_Candidate],
+    raw: tuple[float, dict[Op, tuple[float, float]]] | None = None,
 ) -> SolveResult:
     """Replay the chosen order in the problem's own units and package the answer."""
     final = Schedule(name="optimal", orders=chosen.orders, flushes=chosen.flushes)
@@ -578,4 +588,6 @@ def _result(
         best_heuristic_objective=best.objective / time_scale,
         ticks_per_unit=time_scale,
         heuristics={c.schedule.name: c.objective / time_scale for c in candidates},
+        solver_objective=None if raw is None else raw[0],
+        solver_times=None if raw is None else raw[1],
     )
