@@ -34,12 +34,19 @@ def gpipe_flush_sizes(num_microbatches: int) -> list[int]:
     return sorted(sizes, reverse=True)
 
 
+# The model layouts plan() tries when the caller does not fix one: (num_chunks, placement).
+LAYOUTS: tuple[tuple[int, str], ...] = ((1, "loop"), (2, "loop"), (2, "v"))
+
+
 def candidate_schedules(problem: Problem) -> list[Schedule]:
-    """Every variant the planner considers: each applicable generator, and GPipe at every flush size."""
+    """Every variant the planner considers on one layout: each applicable generator, and with one chunk per
+    device GPipe at every flush size."""
     variants: list[Schedule] = []
     for name in schedules.names():
         if name == "gpipe":
-            variants.extend(gpipe_with_flush_size(problem, k) for k in gpipe_flush_sizes(problem.num_microbatches))
+            if problem.num_chunks == 1:
+                sizes = gpipe_flush_sizes(problem.num_microbatches)
+                variants.extend(gpipe_with_flush_size(problem, k) for k in sizes)
             continue
         try:
             variants.append(schedules.generate(name, problem))
@@ -48,15 +55,17 @@ def candidate_schedules(problem: Problem) -> list[Schedule]:
     return variants
 
 
-def choose(metrics: list[Metrics]) -> Metrics | None:
-    """The feasible entry with the lowest bubble; ties go to the simplest (earliest registered, fewest flushes)."""
+def choose(metrics: list[Metrics], chunks: list[int] | None = None) -> int | None:
+    """Index of the feasible entry with the lowest bubble; ties go to the simplest (earliest registered,
+    fewest flushes, fewest chunks per device). ``chunks[i]`` is entry i's num_chunks (default 1)."""
     order = {name: i for i, name in enumerate(schedules.names())}
-    feasible = [m for m in metrics if m.feasible]
+    chunks = chunks or [1] * len(metrics)
+    feasible = [i for i, m in enumerate(metrics) if m.feasible]
     if not feasible:
         return None
-    best = min(m.bubble for m in feasible)
-    tied = [m for m in feasible if m.bubble <= best + _TIE]
-    return min(tied, key=lambda m: (order.get(m.schedule, len(order)), m.flushes))
+    best = min(metrics[i].bubble for i in feasible)
+    tied = [i for i in feasible if metrics[i].bubble <= best + _TIE]
+    return min(tied, key=lambda i: (order.get(metrics[i].schedule, len(order)), metrics[i].flushes, chunks[i]))
 
 
 def plan(
@@ -70,40 +79,51 @@ def plan(
     comm: float | list[float] = 0.0,
     activation: float | list[float] = 1.0,
     weight_activation: float | list[float] = 0.0,
+    num_chunks: int | None = None,
+    placement: str = "loop",
 ) -> dict[str, Any]:
     """Choose a schedule for a pipeline of ``num_stages`` devices and ``total_microbatches`` microbatches.
 
     ``memory_budget`` is the live activation memory each device may hold, in the unit of ``activation``
-    (None: unlimited). Returns ``{"chosen": {...}, "candidates": [...]}``; each entry has the fields of
-    :class:`~pipeplan.metrics.Metrics` plus ``fits`` (within the budget) and, for GPipe, ``microbatches_per_flush``.
-    Raises :class:`ConfigError` (a ``ValueError``) on invalid input, e.g. a budget below one activation.
+    (None: unlimited). Costs and memory are per device (a number, or a list of ``num_stages`` values). Without
+    ``num_chunks`` the planner also tries 2 chunks per device, in loop and V placement (:data:`LAYOUTS`), for
+    interleaved 1F1B and ZB-V; the model is the same, each device's share split evenly over its chunks.
+
+    Returns ``{"chosen": {...}, "candidates": [...]}``; each entry has the fields of
+    :class:`~pipeplan.metrics.Metrics` plus ``fits`` (within the budget), ``num_chunks``, ``placement`` and, for
+    GPipe, ``microbatches_per_flush``. Raises :class:`ConfigError` (a ``ValueError``) on invalid input, e.g. a
+    budget below one activation.
     """
-    problem = Problem(
-        num_stages=num_stages,
-        num_microbatches=total_microbatches,
-        forward=forward,
-        backward=backward,
-        backward_weight=backward_weight,
-        comm=comm,
-        activation=activation,
-        weight_activation=weight_activation,
-        budget=memory_budget,
-    )
-    evaluated = [compute_metrics(simulate(problem, schedule)) for schedule in candidate_schedules(problem)]
-    chosen = choose(evaluated)
-    if chosen is None:
+    layouts = LAYOUTS if num_chunks is None else ((num_chunks, placement),)
+    evaluated: list[tuple[Problem, Metrics]] = []
+    for chunks, where in layouts:
+        problem = Problem(
+            num_stages=num_stages,
+            num_microbatches=total_microbatches,
+            forward=forward,
+            backward=backward,
+            backward_weight=backward_weight,
+            comm=comm,
+            activation=activation,
+            weight_activation=weight_activation,
+            budget=memory_budget,
+            num_chunks=chunks,
+            placement=where,
+        )
+        evaluated.extend((problem, compute_metrics(simulate(problem, s))) for s in candidate_schedules(problem))
+    picked = choose([m for _, m in evaluated], [p.num_chunks for p, _ in evaluated])
+    if picked is None:
         raise ConfigError("no schedule fits memory_budget; raise it (GPipe with one microbatch per flush needs "
                           "one activation per stage on each device)")
-    n = problem.num_microbatches
 
-    def entry(m: Metrics) -> dict[str, Any]:
+    def entry(problem: Problem, m: Metrics) -> dict[str, Any]:
         row = m.to_dict()
-        row["fits"] = m.feasible
+        row.update(fits=m.feasible, num_chunks=problem.num_chunks, placement=problem.placement)
         if m.schedule == "gpipe":
-            row["microbatches_per_flush"] = math.ceil(n / m.flushes)
+            row["microbatches_per_flush"] = math.ceil(problem.num_microbatches / m.flushes)
         return row
 
-    return {"chosen": entry(chosen), "candidates": [entry(m) for m in evaluated]}
+    return {"chosen": entry(*evaluated[picked]), "candidates": [entry(p, m) for p, m in evaluated]}
 
 
 @dataclass(frozen=True)

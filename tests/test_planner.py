@@ -54,7 +54,7 @@ def test_candidates_cover_every_generator_and_gpipe_flush_sizes() -> None:
 
 def test_unbudgeted_tie_goes_to_the_simpler_schedule() -> None:
     """Without a budget GPipe in one flush and 1F1B both take (N + P - 1)(F + B): GPipe is simpler."""
-    result = plan(num_stages=4, total_microbatches=8)
+    result = plan(num_stages=4, total_microbatches=8, num_chunks=1)
     by_name = {c["schedule"]: c for c in result["candidates"] if c["flushes"] == 1}
     assert by_name["gpipe"]["makespan"] == by_name["1f1b"]["makespan"]
     assert result["chosen"]["schedule"] == "gpipe"
@@ -94,3 +94,22 @@ def test_budget_below_one_activation_is_an_error(budget: float | list[float]) ->
 def test_invalid_counts_are_errors() -> None:
     with pytest.raises(ConfigError, match="num_microbatches must be >= 1"):
         plan(num_stages=8, total_microbatches=0, memory_budget=8)
+
+
+def test_planner_tries_chunked_layouts() -> None:
+    """Unbudgeted, interleaving halves the fill and drain: the planner finds it on its own, with 2 loop chunks."""
+    result = plan(num_stages=4, total_microbatches=8)
+    chosen = result["chosen"]
+    assert (chosen["schedule"], chosen["num_chunks"], chosen["placement"]) == ("interleaved-1f1b", 2, "loop")
+    one_chunk = min(c["bubble"] for c in result["candidates"] if c["num_chunks"] == 1)
+    assert chosen["bubble"] < one_chunk
+    assert {(c["num_chunks"], c["placement"]) for c in result["candidates"]} == {(1, "loop"), (2, "loop"), (2, "v")}
+
+
+def test_planner_picks_zb_v_when_it_fits() -> None:
+    """F = B = W at 1F1B's memory: ZB-V (V placement) has the least bubble and fits."""
+    result = plan(num_stages=4, total_microbatches=16, memory_budget=4, forward=1.0, backward=1.0,
+                  backward_weight=1.0)
+    chosen = result["chosen"]
+    assert (chosen["schedule"], chosen["num_chunks"], chosen["placement"]) == ("zb-v", 2, "v")
+    assert chosen["fits"] and chosen["peak_memory"] <= 4
