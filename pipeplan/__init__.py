@@ -2,7 +2,7 @@
 
 The flow: a config is loaded into a :class:`Problem`; a generator (or the CP-SAT solver) produces a
 :class:`Schedule` of per-device op orders; :func:`simulate` replays it into a :class:`Timeline`; and
-:func:`compute_metrics` measures it.
+:func:`compute_metrics` measures it. :func:`solve` finds the optimal schedule for a budget with CP-SAT.
 """
 
 from pipeplan.config import Config, SolverSettings, load_config
@@ -13,12 +13,14 @@ from pipeplan.schedule import NotApplicable, Schedule, ScheduleError
 from pipeplan.schedules import generate
 from pipeplan.schedules import names as schedule_names
 from pipeplan.simulate import Timeline, simulate
+from pipeplan.solver import InfeasibleBudget, SolveResult, solve
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Config",
     "ConfigError",
+    "InfeasibleBudget",
     "Metrics",
     "NotApplicable",
     "Op",
@@ -26,6 +28,7 @@ __all__ = [
     "Problem",
     "Schedule",
     "ScheduleError",
+    "SolveResult",
     "SolverSettings",
     "Timeline",
     "compute_metrics",
@@ -35,4 +38,5 @@ __all__ = [
     "plan",
     "schedule_names",
     "simulate",
+    "solve",
 ]
