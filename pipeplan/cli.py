@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -15,11 +16,12 @@ import click
 from rich.console import Console
 
 from pipeplan import __version__
-from pipeplan.config import OBJECTIVES, load_config
+from pipeplan.config import OBJECTIVES, Config, SolverSettings, load_config
+from pipeplan.frontier import SweepProgress, frontier
 from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
 from pipeplan.problem import ConfigError
-from pipeplan.report.files import write_results
+from pipeplan.report.files import config_record, write_file, write_folder, write_results
 from pipeplan.schedules import generate, names
 from pipeplan.simulate import simulate
 from pipeplan.solver import Progress
@@ -43,7 +45,17 @@ def _debug_option(func: F) -> F:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="pipeplan")
 def cli() -> None:
-    """Plan pipeline-parallel training schedules: simulate named schedules, find optimal ones."""
+    """Plan pipeline-parallel training schedules: simulate named schedules, find optimal ones.
+
+    \b
+    Examples:
+      pipeplan simulate models/seed-8x64.yaml --schedule 1f1b
+      pipeplan solve models/seed-8x64.yaml --out results/seed
+      pipeplan report results/seed --force
+      pipeplan frontier models/split-8x32.yaml --budgets 8:16:2
+
+    A bad config or flag exits with status 2 and a one-line message; add --debug for the traceback.
+    """
 
 
 @cli.command()
@@ -56,7 +68,9 @@ def cli() -> None:
 def simulate_cmd(config: str, schedule_name: str, fmt: str, debug: bool) -> None:
     """Replay one named schedule on CONFIG and print its metrics.
 
-    Example: pipeplan simulate models/seed-8x64.yaml --schedule 1f1b
+    \b
+    Example:
+      pipeplan simulate models/seed-8x64.yaml --schedule 1f1b
     """
     cfg = load_config(config)
     schedule = generate(schedule_name, cfg.problem)
@@ -73,12 +87,18 @@ simulate_cmd.name = "simulate"
 
 
 class _ProgressLine:
-    """Live solver progress on stderr (elapsed, incumbent, bound) when stderr is a terminal and not --quiet."""
+    """Live solver progress on stderr (elapsed, incumbent, bound) when stderr is a terminal and not --quiet.
 
-    def __init__(self, enabled: bool, unit: str) -> None:
+    Called with a solver :class:`Progress`, or with a :class:`SweepProgress` during a frontier sweep, which
+    adds which budget is being solved ("budget 3/7 (12 slots)").
+    """
+
+    def __init__(self, enabled: bool, unit: str, memory_unit: str = "") -> None:
         self.console = Console(stderr=True)
         self.enabled = enabled and self.console.is_terminal
         self.unit = unit
+        self.memory_unit = memory_unit
+        self.prefix = ""
         self.objective: float | None = None
         self.bound: float | None = None
         self.status = self.console.status("solving ...") if self.enabled else None
@@ -92,13 +112,22 @@ class _ProgressLine:
         if self.status is not None:
             self.status.__exit__(None, None, None)
 
-    def __call__(self, report: Progress) -> None:
+    def __call__(self, report: Progress | SweepProgress) -> None:
+        if isinstance(report, SweepProgress):
+            self.prefix = format_sweep(report, self.memory_unit)
+            if report.solve is None:
+                self.objective = self.bound = None
+                if self.status is not None:
+                    self.status.update(f"{self.prefix}: named schedules ...")
+                return
+            report = report.solve
         if report.objective is not None:
             self.objective = report.objective
         if report.bound is not None:
             self.bound = report.bound
         if self.status is not None:
-            self.status.update(format_progress(report.elapsed_s, self.objective, self.bound, self.unit))
+            line = format_progress(report.elapsed_s, self.objective, self.bound, self.unit)
+            self.status.update(f"{self.prefix}: {line}" if self.prefix else line)
 
 
 def format_progress(elapsed_s: float, objective: float | None, bound: float | None, unit: str) -> str:
@@ -108,20 +137,47 @@ def format_progress(elapsed_s: float, objective: float | None, bound: float | No
     return f"solving: {elapsed_s:6.1f} s elapsed, best {best}, bound {low}"
 
 
+def format_sweep(report: SweepProgress, memory_unit: str) -> str:
+    """Which budget of a frontier sweep is running, e.g. "budget 3/7 (12 slots)"."""
+    unit = f" {memory_unit}" if memory_unit else ""
+    return f"budget {report.index + 1}/{report.total} ({report.budget:g}{unit})"
+
+
+def _settings(cfg: Config, **overrides: Any) -> SolverSettings:
+    """The config's solver settings with the command line's flags (those given) on top."""
+    return replace(cfg.solver, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _refuse_existing(out: Path | None, force: bool) -> None:
+    """Fail early, before a long solve, when --out exists and --force was not given."""
+    if out is not None and out.exists() and not force:
+        raise ConfigError(f"output folder {str(out)!r} already exists; pass --force to replace it or pick another")
+
+
+def _solver_options(func: F) -> F:
+    """The flags every solving command shares; each overrides the config's ``solver`` section."""
+    options = [
+        click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+                     help="Solver time limit in seconds, per solve (overrides solver.time_limit_s)."),
+        click.option("--objective", type=click.Choice(list(OBJECTIVES)), default=None,
+                     help="What to minimise (overrides solver.objective)."),
+        click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="CP-SAT search workers (overrides solver.num_workers)."),
+        click.option("--seed", "random_seed", type=click.IntRange(min=0), default=None,
+                     help="CP-SAT random seed (overrides solver.random_seed)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @cli.command()
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
-              help="Solver time limit in seconds (overrides solver.time_limit_s).")
-@click.option("--objective", type=click.Choice(list(OBJECTIVES)), default=None,
-              help="What to minimise (overrides solver.objective).")
-@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
-              help="CP-SAT search workers (overrides solver.num_workers).")
-@click.option("--seed", "random_seed", type=click.IntRange(min=0), default=None,
-              help="CP-SAT random seed (overrides solver.random_seed).")
+@_solver_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output as a readable table or one JSON object.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
-              help="Write summary.json, metrics.csv and schedules/<name>.json to DIR (atomically).")
+              help="Write summary.json, metrics.csv, schedules/<name>.json and report.html to DIR (atomically).")
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
 @click.option("--quiet", is_flag=True, help="No progress display.")
 @_debug_option
@@ -129,19 +185,28 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
           random_seed: int | None, fmt: str, out: Path | None, force: bool, quiet: bool, debug: bool) -> None:
     """Find the optimal schedule for CONFIG's budget and compare it with every named schedule.
 
-    Example: pipeplan solve models/seed-8x64.yaml --time-limit 30 --out results/seed
+    Prints every schedule's makespan, stage span, bubble, utilization and peak memory, the optimizer's status,
+    bound and gap, and marks the chosen schedule. With --out, DIR/report.html shows it all in a browser.
+
+    \b
+    Example:
+      pipeplan solve models/seed-8x64.yaml --time-limit 30 --out results/seed
     """
     cfg = load_config(config)
-    if out is not None and out.exists() and not force:
-        raise ConfigError(f"output folder {str(out)!r} already exists; pass --force to replace it or pick another")
-    overrides: dict[str, Any] = {"time_limit_s": time_limit, "objective": objective, "num_workers": workers,
-                 "random_seed": random_seed}
-    settings = replace(cfg.solver, **{k: v for k, v in overrides.items() if v is not None})
+    _refuse_existing(out, force)
+    settings = _settings(cfg, time_limit_s=time_limit, objective=objective, num_workers=workers,
+                         random_seed=random_seed)
     with _ProgressLine(not quiet, cfg.units.time) as progress:
         comparison = compare(cfg.problem, settings, progress=progress)
     summary = comparison.summary(cfg.name)
+    summary["config"] = config_record(cfg.name, cfg.problem, settings, cfg.units)
     if out is not None:
-        write_results(out, summary, comparison.timelines(), force=force)
+        from pipeplan.report.html import REPORT_NAME, render_folder
+
+        def add_report(folder: Path) -> None:
+            (folder / REPORT_NAME).write_text(render_folder(folder), encoding="utf-8")
+
+        write_results(out, summary, comparison.timelines(), force=force, extra=add_report)
     if fmt == "json":
         click.echo(json.dumps(summary, indent=2))
         return
@@ -156,9 +221,112 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
         f"(order from {opt.source}; best warm start {opt.best_heuristic} at {opt.best_heuristic_objective:g})"
     )
     for name, reason in comparison.skipped.items():
-        console.print(f"skipped {name}: {reason}", style="dim")
+        console.print(f"skipped {name}: {reason}", style="dim", overflow="fold")
     if out is not None:
-        console.print(f"wrote {out}/summary.json, metrics.csv, schedules/")
+        console.print(f"wrote {out}/summary.json, metrics.csv, schedules/, report.html")
+
+
+@cli.command()
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path), metavar="DIR")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="Where to write the page (default: DIR/report.html).")
+@click.option("--force", is_flag=True, help="Replace the page if it exists.")
+@_debug_option
+def report(folder: Path, out: Path | None, force: bool, debug: bool) -> None:
+    """Re-render DIR/report.html from a folder written by 'pipeplan solve --out DIR'.
+
+    The page is rebuilt from DIR/summary.json and DIR/schedules/*.json alone; every schedule is replayed and
+    checked against its recorded times. One self-contained file: it works offline.
+
+    \b
+    Example:
+      pipeplan report results/seed --force
+    """
+    from pipeplan.report.html import REPORT_NAME, render_folder
+
+    target = out if out is not None else folder / REPORT_NAME
+    if target.exists() and not force:
+        raise ConfigError(f"{str(target)!r} already exists; pass --force to replace it, or --out FILE")
+    page = render_folder(folder)
+    write_file(target, page, force=True)
+    click.echo(f"wrote {target}")
+
+
+def parse_budgets(text: str) -> list[float]:
+    """Budgets from "A:B:STEP": A, A+STEP, ... up to B inclusive (0 < A <= B, STEP > 0, at most 500 values)."""
+    parts = text.split(":")
+    hint = "give --budgets as A:B:STEP, e.g. 4:16:2 (from A to B inclusive, in the config's memory unit)"
+    if len(parts) != 3:
+        raise ConfigError(f"--budgets {text!r} is not A:B:STEP; {hint}")
+    try:
+        low, high, step = (float(part) for part in parts)
+    except ValueError:
+        raise ConfigError(f"--budgets {text!r} has a part that is not a number; {hint}") from None
+    if not all(math.isfinite(v) for v in (low, high, step)) or low <= 0 or step <= 0 or high < low:
+        raise ConfigError(f"--budgets {text!r} needs 0 < A <= B and STEP > 0; {hint}")
+    count = int(math.floor((high - low) / step + 1e-9)) + 1
+    if count > MAX_BUDGETS:
+        raise ConfigError(f"--budgets {text!r} gives {count} budgets; at most {MAX_BUDGETS}: raise STEP")
+    return [round(low + i * step, 9) for i in range(count)]
+
+
+# The most budgets one sweep may run (each is a full solve): catches a STEP typo such as 0.001.
+MAX_BUDGETS = 500
+
+
+@cli.command("frontier")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--budgets", required=True, metavar="A:B:STEP",
+              help="Budgets per device to sweep, from A to B inclusive (the config's memory unit).")
+@_solver_options
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Write frontier.csv and frontier.html (+ frontier.png) to DIR (atomically).")
+@click.option("--no-png", is_flag=True, help="With --out, skip the PNG (which needs kaleido and Chromium).")
+@click.option("--force", is_flag=True, help="Replace DIR if it exists.")
+@click.option("--quiet", is_flag=True, help="No progress display.")
+@_debug_option
+def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective: str | None, workers: int | None,
+                 random_seed: int | None, out: Path | None, no_png: bool, force: bool, quiet: bool,
+                 debug: bool) -> None:
+    """Sweep the memory budget: every schedule's objective and the optimizer's at each budget.
+
+    The memory-time frontier: how much step time each extra unit of activation memory buys. The optimizer's
+    curve never rises as the budget grows (each solve starts from the previous budget's answer). Budgets that
+    admit no schedule are listed with the reason; if none does, the exit status is 2.
+
+    \b
+    Example:
+      pipeplan frontier models/split-8x32.yaml --budgets 8:16:2 --time-limit 10 --out results/frontier
+    """
+    cfg = load_config(config)
+    sweep = parse_budgets(budgets)
+    _refuse_existing(out, force)
+    settings = _settings(cfg, time_limit_s=time_limit, objective=objective, num_workers=workers,
+                         random_seed=random_seed)
+    with _ProgressLine(not quiet, cfg.units.time, cfg.units.memory) as progress:
+        rows = frontier(cfg.problem, sweep, settings, progress=progress)
+    from pipeplan.report.tables import frontier_table
+
+    if out is not None:
+        from pipeplan.report.figures import frontier_figure, save
+        from pipeplan.report.files import frontier_frame
+
+        def fill(folder: Path) -> None:
+            frontier_frame(rows).to_csv(folder / "frontier.csv", index=False)
+            fig = frontier_figure(rows, settings.objective, title=f"{cfg.name}: {settings.objective} against "
+                                  "activation memory budget", time_unit=cfg.units.time,
+                                  memory_unit=cfg.units.memory)
+            save(fig, folder / "frontier", png=not no_png, self_contained=True)
+
+        write_folder(out, force, fill)
+    console = _console()
+    console.print(frontier_table(cfg.name, rows, settings.objective, cfg.units))
+    for row in rows:
+        if row.note:
+            console.print(f"budget {row.budget:g}: {row.note}", style="yellow", overflow="fold")
+    if out is not None:
+        written = ", ".join(sorted(p.name for p in out.iterdir()))
+        console.print(f"wrote {out}/: {written}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

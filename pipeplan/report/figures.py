@@ -11,10 +11,12 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from pipeplan.frontier import FrontierRow
 from pipeplan.metrics import memory_timeline
 from pipeplan.problem import OpKind
 from pipeplan.simulate import Timeline
@@ -38,13 +40,15 @@ def _device_label(device: int) -> str:
 MAX_LABELLED_MICROBATCHES = 16
 
 
-def gantt_traces(timeline: Timeline, show_legend: bool = True) -> list[go.Bar]:
+def gantt_traces(timeline: Timeline, show_legend: bool = True, labels: bool | None = None) -> list[go.Bar]:
     """One horizontal bar trace per op kind: a bar per op from its start to its end, labelled by microbatch.
 
-    Hovering a bar shows the op (kind, microbatch, model stage), its start and its end.
+    Hovering a bar shows the op (kind, microbatch, model stage), its start and its end. ``labels``: write the
+    microbatch on each bar; None does so up to :data:`MAX_LABELLED_MICROBATCHES` (labels that do not fit a bar
+    are hidden, and appear when an interactive figure is zoomed in).
     """
     problem = timeline.problem
-    labelled = problem.num_microbatches <= MAX_LABELLED_MICROBATCHES
+    labelled = problem.num_microbatches <= MAX_LABELLED_MICROBATCHES if labels is None else labels
     traces = []
     for kind in problem.kinds:
         picked = [i for i, op in enumerate(timeline.ops) if op.kind is kind]
@@ -75,9 +79,11 @@ def _device_axis(num_devices: int) -> dict[str, object]:
     return {"categoryorder": "array", "categoryarray": labels, "autorange": "reversed", "title": None}
 
 
-def gantt(timeline: Timeline, title: str | None = None, time_unit: str = "units") -> go.Figure:
+def gantt(
+    timeline: Timeline, title: str | None = None, time_unit: str = "units", labels: bool | None = None
+) -> go.Figure:
     """The Gantt chart of one replayed schedule: a row per device, F/B/W in distinct colours."""
-    fig = go.Figure(gantt_traces(timeline))
+    fig = go.Figure(gantt_traces(timeline, labels=labels))
     fig.update_layout(
         title=title or timeline.schedule.name,
         barmode="overlay",
@@ -171,16 +177,124 @@ def compare(
     return fig
 
 
-def save(fig: go.Figure, path: str | os.PathLike[str], png: bool = True) -> list[Path]:
+# Schedule -> line colour in figures that overlay schedules; "optimal" always gets the first.
+SCHEDULE_COLOURS = ("#1B7F3B", "#4C78A8", "#E45756", "#B279A2", "#F58518", "#72B7B2", "#9D755D", "#FF9DA6")
+
+
+def schedule_colours(names: Sequence[str]) -> dict[str, str]:
+    """A fixed colour per schedule name: the optimizer's first, then the others in the order given."""
+    ordered = sorted(names, key=lambda name: name != "optimal")
+    return {name: SCHEDULE_COLOURS[i % len(SCHEDULE_COLOURS)] for i, name in enumerate(ordered)}
+
+
+def memory_per_device(
+    timelines: Sequence[Timeline],
+    title: str,
+    time_unit: str = "units",
+    memory_unit: str = "slots",
+) -> go.Figure:
+    """Live activation memory over time: a panel per device, a line per schedule, the budget dashed.
+
+    All timelines must be of the same problem; each is named by its schedule.
+    """
+    assert timelines
+    problem = timelines[0].problem
+    num_devices = problem.num_stages
+    colours = schedule_colours([t.schedule.name for t in timelines])
+    fig = make_subplots(rows=num_devices, cols=1, shared_xaxes=True, vertical_spacing=0.25 / num_devices,
+                        subplot_titles=[_device_label(d) for d in range(num_devices)])
+    budget = problem.budget_per_device
+    # The optimizer's line goes last, on top: it often coincides with a named schedule's.
+    for timeline in sorted(timelines, key=lambda t: t.schedule.name == "optimal"):
+        name = timeline.schedule.name
+        for device, trace in enumerate(memory_traces(timeline, show_legend=False)):
+            trace.update(name=name, legendgroup=name, showlegend=device == 0,
+                         line={"shape": "hv", "color": colours[name], "width": 2.5 if name == "optimal" else 1.5},
+                         hovertemplate=f"{name}, {_device_label(device)}<br>t %{{x:.4g}}<br>live %{{y:.4g}}"
+                         "<extra></extra>")
+            fig.add_trace(trace, row=device + 1, col=1)
+    for device in range(num_devices):
+        if budget is not None:
+            fig.add_hline(y=budget[device], line={"dash": "dash", "color": "grey"}, row=device + 1, col=1,
+                          annotation_text=f"budget {budget[device]:g}", annotation_position="top left",
+                          annotation_font_size=10)
+        fig.update_yaxes(title=memory_unit, rangemode="tozero", row=device + 1, col=1)
+    fig.update_xaxes(title=f"time ({time_unit})", row=num_devices, col=1)
+    fig.update_layout(title=title, height=160 + 120 * num_devices, legend={"orientation": "h", "y": 1.0,
+                      "yanchor": "bottom", "x": 1.0, "xanchor": "right"})
+    return fig
+
+
+def utilization_bars(
+    rows: Sequence[dict[str, Any]], chosen: str, title: str = "Utilization per schedule (higher is better)"
+) -> go.Figure:
+    """A bar per schedule of a ``solve`` summary: its utilization; the chosen one highlighted, those over budget
+    hatched and grey."""
+    names = [str(row["schedule"]) for row in rows]
+    values = [100 * float(row["utilization"]) for row in rows]
+    feasible = [bool(row["feasible"]) for row in rows]
+    colours = ["#1B7F3B" if name == chosen else ("#4C78A8" if ok else "#BBBBBB") for name, ok in zip(names, feasible)]
+    texts = [f"{v:.1f} %" + ("" if ok else " (over budget)") + (" chosen" if name == chosen else "")
+             for name, v, ok in zip(names, values, feasible)]
+    fig = go.Figure(go.Bar(
+        x=names, y=values, text=texts, textposition="outside",
+        marker={"color": colours, "pattern": {"shape": ["" if ok else "/" for ok in feasible]}},
+        hovertemplate="%{x}<br>utilization %{y:.2f} %<extra></extra>",
+    ))
+    fig.update_layout(title=title, yaxis={"title": "utilization (%)", "range": [0, 110]}, xaxis={"title": None},
+                      height=420, showlegend=False)
+    return fig
+
+
+def frontier_figure(
+    rows: Sequence[FrontierRow], objective: str, title: str, time_unit: str = "units", memory_unit: str = "slots"
+) -> go.Figure:
+    """The memory-time frontier: objective against budget, a line per schedule (points within the budget only),
+    the optimizer's in bold with its proven lower bound dotted."""
+    names = list(dict.fromkeys(row.schedule for row in rows))
+    colours = schedule_colours(names)
+    fig = go.Figure()
+    for name in sorted(names, key=lambda n: n == "optimal"):
+        points = [row for row in rows if row.schedule == name and row.feasible and row.objective is not None]
+        optimal = name == "optimal"
+        fig.add_trace(go.Scatter(
+            x=[row.budget for row in points], y=[row.objective for row in points],
+            mode="lines+markers", name=name,
+            line={"color": colours[name], "width": 3.5 if optimal else 1.5, "shape": "hv" if optimal else "linear"},
+            marker={"size": 9 if optimal else 6},
+            customdata=[[row.status or "", row.peak_memory] for row in points],
+            hovertemplate=f"{name}<br>budget %{{x:g}} {memory_unit}<br>{objective} %{{y:.4g}} {time_unit}"
+            f"<br>peak %{{customdata[1]:.4g}} {memory_unit} %{{customdata[0]}}<extra></extra>",
+        ))
+        if optimal:
+            fig.add_trace(go.Scatter(
+                x=[row.budget for row in points], y=[row.lower_bound for row in points], mode="lines",
+                name="optimizer's lower bound", line={"color": colours[name], "dash": "dot", "width": 1.5,
+                                                      "shape": "hv"},
+                hovertemplate=f"lower bound %{{y:.4g}} {time_unit}<extra></extra>",
+            ))
+    fig.update_layout(
+        title=title,
+        xaxis={"title": f"activation memory budget per device ({memory_unit})"},
+        yaxis={"title": f"{objective.replace('_', ' ')} ({time_unit}), lower is better"},
+        height=560, width=1000,
+    )
+    return fig
+
+
+def save(
+    fig: go.Figure, path: str | os.PathLike[str], png: bool = True, self_contained: bool = False
+) -> list[Path]:
     """Write ``fig`` to ``path`` with suffix .html and, if ``png`` and static export works, .png.
 
-    PNG export needs kaleido and a Chrome or Chromium; when it fails the HTML is kept and a warning is logged.
-    Returns the paths written.
+    The HTML loads plotly.js from its CDN, or embeds it (about 5 MB) with ``self_contained`` so that the page
+    works offline. PNG export needs kaleido and a Chrome or Chromium; when it fails the HTML is kept and a
+    warning is logged. Returns the paths written.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     html = target.with_suffix(".html")
-    fig.write_html(html, include_plotlyjs="cdn")
+    fig.write_html(html, include_plotlyjs=True if self_contained else "cdn")
     written = [html]
     if not png:
         return written

@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from pipeplan.config import Units
+from pipeplan.frontier import FrontierRow
 
 
 def _fmt_time(value: float) -> str:
@@ -84,4 +85,41 @@ def comparison_table(summary: dict[str, Any], units: Units) -> Table:
             style="bold green" if chosen else (None if row["feasible"] else "dim"),
         )
     table.caption = f"* chosen: {summary['chosen']} (feasible, best {objective}; ties go to the named schedule)"
+    return table
+
+
+def frontier_table(name: str, rows: Sequence[FrontierRow], objective: str, units: Units) -> Table:
+    """A frontier sweep as one row per budget: each schedule's objective, then the optimizer's with its proof.
+
+    Values in parentheses are over the budget (shown, but not a choice); "-" means not applicable there.
+    """
+    budgets = sorted({row.budget for row in rows})
+    named = list(dict.fromkeys(row.schedule for row in rows if row.schedule != "optimal"))
+    cell: dict[tuple[float, str], FrontierRow] = {(row.budget, row.schedule): row for row in rows}  # keyed by
+    # (budget, schedule name)
+    table = Table(title=f"{name}: {objective.replace('_', ' ')} ({units.time}) against budget ({units.memory})",
+                  header_style="bold")
+    table.add_column(f"budget ({units.memory})", justify="right")
+    for schedule in named:
+        table.add_column(schedule, justify="right")
+    table.add_column("optimal", justify="right", style="bold")
+    table.add_column("lower bound", justify="right")
+    table.add_column("gap", justify="right")
+    table.add_column("status")
+    for budget in budgets:
+        values = []
+        for schedule in named:
+            row = cell.get((budget, schedule))
+            if row is None or row.objective is None:
+                values.append("-")
+            else:
+                values.append(_fmt_time(row.objective) if row.feasible else f"[dim]({_fmt_time(row.objective)})[/dim]")
+        opt = cell.get((budget, "optimal"))
+        if opt is None or opt.objective is None:
+            solved = ["-", "-", "-", opt.status if opt is not None and opt.status else "-"]
+        else:
+            assert opt.lower_bound is not None and opt.gap is not None
+            solved = [_fmt_time(opt.objective), _fmt_time(opt.lower_bound), _fmt_pct(opt.gap), opt.status or ""]
+        table.add_row(f"{budget:g}", *values, *solved)
+    table.caption = "(value) = over the budget; the optimizer's column never rises as the budget grows"
     return table

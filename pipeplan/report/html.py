@@ -1,0 +1,222 @@
+"""``report.html``: one self-contained page that shows a ``solve`` result to a person.
+
+The page holds the problem at a glance, the comparison table (the chosen schedule marked), Gantt charts of the
+optimal schedule and of 1F1B, activation memory per device against the budget, and utilization per schedule.
+plotly.js is embedded once, so the page works offline and can be mailed or attached as one file.
+
+It is built from a result folder alone (``summary.json`` and ``schedules/*.json``, see
+:func:`~pipeplan.report.files.read_results`), so ``pipeplan solve --out`` and ``pipeplan report`` produce the
+same page from the same files. The output is deterministic: the same folder gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from pipeplan import __version__
+from pipeplan.config import Config, Units
+from pipeplan.report.figures import gantt, memory_per_device, utilization_bars
+from pipeplan.report.files import Results, read_results
+from pipeplan.simulate import Timeline
+
+REPORT_NAME = "report.html"
+
+# The named schedule every framework ships; the report draws it beside the optimizer's.
+BASELINE = "1f1b"
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 24px auto;
+       max-width: 1400px; padding: 0 16px; color: #222; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; }
+h2 { font-size: 1.25em; margin-top: 1.6em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
+p.lead { font-size: 1.1em; margin-top: 0.3em; }
+table { border-collapse: collapse; margin: 0.6em 0; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ccc; padding: 4px 10px; white-space: nowrap; }
+th { background: #f3f3f3; text-align: left; }
+td.num { text-align: right; }
+tr.chosen td { background: #e3f4e6; font-weight: bold; }
+tr.over td { color: #888; }
+.note { color: #555; font-size: 0.92em; }
+.figure { margin: 1em 0; }
+footer { margin-top: 3em; color: #777; font-size: 0.85em; }
+"""
+
+
+def _num(value: float, digits: int = 4) -> str:
+    return f"{value:.{digits}g}"
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f} %"
+
+
+def _values(values: Sequence[float] | None) -> str:
+    """Per-stage (or per-device) values for display: one number when all alike, else "a, b, c"."""
+    if values is None:
+        return "unlimited"
+    if len(set(values)) == 1:
+        return _num(values[0])
+    return ", ".join(_num(v) for v in values)
+
+
+def _glance(summary: dict[str, Any], config: Config) -> str:
+    """The problem in one table: pipeline shape, costs, memory, objective and solver settings."""
+    problem, units, solver = config.problem, config.units, config.solver
+    split = problem.split_backward
+    chunks = problem.num_chunks
+    per_stage = "per model stage" if chunks > 1 else "per stage"
+    rows = [
+        ("devices (pipeline stages)", str(problem.num_stages)),
+        ("microbatches per step", str(problem.num_microbatches)),
+        ("chunks per device", f"{chunks} ({problem.placement} placement)" if chunks > 1 else "1"),
+        (f"forward F ({units.time}, {per_stage})", _values(problem.forward_per_stage)),
+        (f"backward B ({units.time}, {per_stage})", _values(problem.backward_per_stage)
+         + ("; input gradient only (split backward)" if split else "; full backward")),
+        (f"weight gradient W ({units.time})", _values(problem.backward_weight_per_stage) if split else "not split"),
+        (f"comm latency ({units.time})", _values(problem.comm_per_stage)),
+        (f"activation per microbatch ({units.memory})", _values(problem.activation_per_stage)),
+        (f"kept until W ({units.memory})", _values(problem.weight_activation_per_stage) if split else "-"),
+        (f"budget per device ({units.memory})", _values(problem.budget_per_device)),
+        ("objective", f"{summary['objective'].replace('_', ' ')} (lower is better)"),
+        ("solver", f"time limit {_num(solver.time_limit_s)} s, {solver.num_workers} workers, "
+                   f"seed {solver.random_seed}"),
+    ]
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f'<table class="glance">{body}</table>'
+
+
+def _comparison(summary: dict[str, Any], units: Units) -> str:
+    """Every schedule's measures side by side; the chosen row marked, rows over budget greyed."""
+    head = [
+        "schedule", f"makespan ({units.time})", f"stage span ({units.time})", "bubble", "utilization",
+        f"peak memory ({units.memory})", "fits budget", "optimizer status", f"lower bound ({units.time})", "gap",
+        "solve time",
+    ]
+    lines = ["<table class=\"comparison\"><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    for row in summary["schedules"]:
+        name = row["schedule"]
+        chosen = name == summary["chosen"]
+        solver = ["-", "-", "-", "-"]
+        if "status" in row:
+            solver = [row["status"], _num(row["lower_bound"], 6), _pct(row["gap"]), f"{row['solve_time_s']:.1f} s"]
+        cells = [
+            ("&#9733; " if chosen else "") + html.escape(name) + (" (chosen)" if chosen else ""),
+            _num(row["makespan"], 6), _num(row["stage_span"], 6), _pct(row["bubble"]), _pct(row["utilization"]),
+            _num(row["peak_memory"]), "yes" if row["feasible"] else "NO (over budget)", *solver,
+        ]
+        css = "chosen" if chosen else ("" if row["feasible"] else "over")
+        tds = "".join(f"<td>{cells[0]}</td>" if i == 0 else f'<td class="num">{html.escape(c)}</td>'
+                      for i, c in enumerate(cells))
+        lines.append(f'<tr class="{css}">{tds}</tr>')
+    lines.append("</table>")
+    return "".join(lines)
+
+
+def _headline(summary: dict[str, Any], units: Units) -> str:
+    """One sentence: what to run, how good it is, and how it compares with 1F1B."""
+    rows = {row["schedule"]: row for row in summary["schedules"]}
+    chosen = rows[summary["chosen"]]
+    objective = summary["objective"]
+    text = (f"Run <b>{html.escape(chosen['schedule'])}</b>: {objective.replace('_', ' ')} "
+            f"{_num(chosen[objective], 6)} {html.escape(units.time)}, bubble {_pct(chosen['bubble'])}, "
+            f"peak memory {_num(chosen['peak_memory'])} {html.escape(units.memory)}")
+    budget = summary.get("memory_budget")
+    if isinstance(budget, (int, float)):
+        text += f" of {_num(budget)}"
+    baseline = rows.get(BASELINE)
+    if baseline is not None and baseline["schedule"] != chosen["schedule"] and baseline[objective] > 0:
+        change = (chosen[objective] - baseline[objective]) / baseline[objective]
+        text += f"; {_pct(-change)} {'faster' if change <= 0 else 'slower'} than 1F1B ({_num(baseline[objective], 6)})"
+    optimal = rows.get("optimal")
+    if optimal is not None and "status" in optimal:
+        text += (f". The optimizer's answer is {optimal['status']} (lower bound {_num(optimal['lower_bound'], 6)}, "
+                 f"gap {_pct(optimal['gap'])}).")
+    return f'<p class="lead">{text}</p>'
+
+
+def _figure(fig: go.Figure, div_id: str) -> str:
+    """A figure as a div and its plotting script; plotly.js itself is embedded once in the page head."""
+    fig.update_layout(autosize=True, margin={"l": 70, "r": 30, "t": 60, "b": 50})
+    body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                       default_width="100%", default_height=f"{fig.layout.height or 450}px",
+                       config={"displaylogo": False, "responsive": True})
+    return f'<div class="figure">{body}</div>'
+
+
+def _shown(results: Results) -> list[Timeline]:
+    """The schedules drawn in full: the optimizer's, 1F1B when it applies, and the chosen one if neither."""
+    names = ["optimal", BASELINE, results.summary["chosen"]]
+    picked = list(dict.fromkeys(name for name in names if name in results.timelines))
+    return [results.timelines[name] for name in picked]
+
+
+def build_report(results: Results) -> str:
+    """The report page for a result folder read back by :func:`~pipeplan.report.files.read_results`."""
+    summary = results.summary
+    units = results.config.units
+    name = html.escape(str(summary["name"]))
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>pipeplan report: {name}</title>",
+        f"<style>{_STYLE}</style>",
+        f'<script type="text/javascript">{get_plotlyjs()}</script>',
+        "</head><body>",
+        f"<h1>pipeplan report: {name}</h1>",
+        _headline(summary, units),
+        "<h2>The problem</h2>",
+        _glance(summary, results.config),
+        "<h2>Schedules compared</h2>",
+        _comparison(summary, units),
+        '<p class="note">&#9733; chosen: the schedule within the budget with the best '
+        f"{html.escape(summary['objective'])}; a named schedule wins a tie with the optimizer, since frameworks "
+        "already implement it. Bubble = 1 - utilization; utilization = busy time / (devices x makespan).</p>",
+    ]
+    skipped: dict[str, str] = summary.get("skipped") or {}
+    if skipped:
+        items = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in skipped.items())
+        parts.append(f'<p class="note">Not applicable here:</p><ul class="note">{items}</ul>')
+
+    shown = _shown(results)
+    parts.append("<h2>Gantt charts</h2>")
+    parts.append('<p class="note">One row per device; F blue, B orange, W green; the number on a bar is its '
+                 "microbatch (zoom in when bars are narrow); hover for start and end.</p>")
+    for timeline in shown:
+        row = next(r for r in summary["schedules"] if r["schedule"] == timeline.schedule.name)
+        title = (f"{timeline.schedule.name}: makespan {_num(row['makespan'], 6)} {units.time}, "
+                 f"bubble {_pct(row['bubble'])}, peak memory {_num(row['peak_memory'])} {units.memory}")
+        fig = gantt(timeline, title=title, time_unit=units.time, labels=True)
+        parts.append(_figure(fig, f"gantt-{_slug(timeline.schedule.name)}"))
+    parts.append("<h2>Activation memory per device</h2>")
+    memory = memory_per_device(shown, title="Live activation memory over time (budget dashed)",
+                               time_unit=units.time, memory_unit=units.memory)
+    parts.append(_figure(memory, "memory"))
+    parts.append("<h2>Utilization</h2>")
+    parts.append(_figure(utilization_bars(summary["schedules"], summary["chosen"]), "utilization"))
+    parts.append(
+        f"<footer>Made by pipeplan {html.escape(__version__)} from summary.json and schedules/ in this folder; "
+        "re-render with <code>pipeplan report DIR --force</code>.</footer>"
+    )
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def figure_ids(results: Results) -> list[str]:
+    """The ids of the figure divs :func:`build_report` writes, in page order."""
+    return [f"gantt-{_slug(t.schedule.name)}" for t in _shown(results)] + ["memory", "utilization"]
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "-" else "-" for c in name)
+
+
+def render_folder(folder: Path | str) -> str:
+    """The report page of the result folder ``folder`` (see :func:`build_report`)."""
+    return build_report(read_results(Path(folder)))
+
