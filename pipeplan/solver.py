@@ -226,7 +226,9 @@ def _tail_fill(problem: Problem, stage: int, in_flight: int) -> float:
         left = room - x * act
         if left < -_EPS:
             break
-        y_max = n - 1 - x if wact <= 0 else min(n - 1 - x, int(math.floor(left / wact + 1e-9)))
+        y_max = n - 1 - x
+        if wact > 0 and math.isfinite(left):
+            y_max = min(y_max, int(math.floor(left / wact + 1e-9)))
         best = max(best, x * (b + w) + (y_max * w if problem.split_backward else 0.0))
     return best
 
@@ -264,27 +266,54 @@ def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
     return bounds
 
 
+def device_end_lower_bounds(problem: Problem) -> list[float]:
+    """Per device, a time before which it cannot finish, in any schedule within the budget.
+
+    Besides its first start plus its least span: the last B on device d is B(s, N-1) of its lowest stage s (it
+    depends on every other B there). By its end the device has done all its work except the W it still holds;
+    those hold weight_activation each, so the budget limits how many. From there a chain of backwards (and
+    links) runs down to every lower stage s', whose device then still runs W(s', N-1).
+    """
+    n = problem.num_microbatches
+    split = problem.split_backward
+    budget = problem.budget_per_device
+    ends = [start + span for start, span in device_lower_bounds(problem)]
+    head = _first_forward_time(problem)
+    for d in range(problem.num_stages):
+        stages = problem.stages_on_device(d)
+        lowest = min(stages)
+        work_fb = n * sum(problem.forward_per_stage[s] + problem.backward_per_stage[s] for s in stages)
+        last_b_end = head[lowest] + work_fb
+        if split:
+            held_max = n * len(stages)
+            min_wact = min(problem.weight_activation_per_stage[s] for s in stages)
+            if budget is not None and min_wact > 0:
+                held_max = min(held_max, int(math.floor(budget[d] / min_wact + 1e-9)))
+            w_max = max(problem.backward_weight_per_stage[s] for s in stages)
+            last_b_end = max(last_b_end, head[lowest] + problem.device_work(d) - held_max * w_max)
+        chain = last_b_end
+        for target in range(lowest, -1, -1):
+            if target < lowest:
+                chain += problem.link_latency(target) + problem.backward_per_stage[target]
+            device = problem.device_of(target)
+            ends[device] = max(ends[device], chain + problem.backward_weight_per_stage[target])
+    return ends
+
+
 def makespan_lower_bound(problem: Problem) -> float:
-    """A makespan no schedule within the budget beats: per device, its first start plus its least span, and
-    (a backward chain must follow each device's last backward) its forwards and backwards plus that tail."""
-    best = 0.0
-    split_w0 = problem.backward_weight_per_stage[0]
-    for d, (start, span) in enumerate(device_lower_bounds(problem)):
-        best = max(best, start + span)
-        work_fb = problem.num_microbatches * sum(
-            problem.forward_per_stage[s] + problem.backward_per_stage[s] for s in problem.stages_on_device(d)
-        )
-        tail = min(
-            sum(problem.backward_per_stage[t] + problem.link_latency(t) for t in range(s)) + split_w0
-            for s in problem.stages_on_device(d)
-        )
-        best = max(best, start + work_fb + tail)
-    return best
+    """A makespan no schedule within the budget beats: the latest of the devices' earliest ends."""
+    return max(device_end_lower_bounds(problem))
 
 
 def stage_span_lower_bound(problem: Problem) -> float:
-    """A stage span no schedule within the budget beats: the largest per-device least span."""
-    return max(span for _, span in device_lower_bounds(problem))
+    """A stage span no schedule within the budget beats (with every device's first forward pinned to its
+    earliest time, as the stage-span model and a real runtime do): per device, its least span, and its
+    earliest end less its first start."""
+    head = _first_forward_time(problem)
+    starts = [head[min(problem.stages_on_device(d))] for d in range(problem.num_stages)]
+    spans = [span for _, span in device_lower_bounds(problem)]
+    ends = device_end_lower_bounds(problem)
+    return max(max(spans), max(end - start for end, start in zip(ends, starts)))
 
 
 # -------------------------------------------------------------------------------------------- the model
