@@ -35,6 +35,12 @@ BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-solver-objective.yaml", "solver.objective must be one of makespan, stage_span, got 'throughput'"),
 ]
 
+# Configs that load (so ``simulate`` runs them) but admit no schedule: ``solve`` exits 2 naming the smallest budget
+# that would work. Each row is (file name, a substring of the message).
+UNSOLVABLE_CONFIGS: list[tuple[str, str]] = [
+    ("unsolvable-budget-below-chunks.yaml", "raise memory.budget to at least 1"),
+]
+
 GOOD_CONFIGS: list[Path] = [
     CONFIGS.parent.parent / "models" / "seed-8x64.yaml",
     CONFIGS / "good-minimal.yaml",

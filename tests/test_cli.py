@@ -1,4 +1,8 @@
-"""The command line, run in-process through ``pipeplan.cli.main`` (and once as the installed console script)."""
+"""The command line, run in-process through ``pipeplan.cli.main`` (and once as the installed console script).
+
+Every bad input goes through every command that reads a config (``simulate``, ``solve``, ``frontier``); result
+folders are checked to be written atomically and never clobbered without ``--force``.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS
+from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS, UNSOLVABLE_CONFIGS
 
-from pipeplan import formulas, schedule_names
-from pipeplan.cli import USER_ERROR, main
+import pipeplan.report.html
+from pipeplan import __version__, formulas, schedule_names
+from pipeplan.cli import USER_ERROR, cli, format_progress, format_sweep, main, parse_budgets
+from pipeplan.frontier import SweepProgress
+from pipeplan.solver import Progress
 
 ROOT = CONFIGS.parent.parent
 SEED = str(ROOT / "models" / "seed-8x64.yaml")
@@ -27,15 +34,48 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+# Each command that reads a config, with the flags it needs besides CONFIG.
+CONFIG_COMMANDS: dict[str, list[str]] = {
+    "simulate": ["--schedule", "1f1b"],
+    "solve": ["--time-limit", "2", "--quiet"],
+    "frontier": ["--budgets", "2:4:1", "--time-limit", "2", "--quiet"],
+}
+# A tiny split-backward config that every solve proves optimal at once (the warm start meets the bound).
+TINY = str(CONFIGS / "good-per-stage-split.yaml")
+
+
+@pytest.mark.parametrize("command", list(CONFIG_COMMANDS))
 @pytest.mark.parametrize(("fixture", "message"), BAD_CONFIGS, ids=[row[0] for row in BAD_CONFIGS])
 def test_bad_config_exits_2_with_message_and_no_traceback(
-    capsys: pytest.CaptureFixture[str], fixture: str, message: str
+    capsys: pytest.CaptureFixture[str], fixture: str, message: str, command: str
 ) -> None:
-    code, out, err = run(capsys, "simulate", str(CONFIGS / fixture), "--schedule", "1f1b")
+    code, out, err = run(capsys, command, str(CONFIGS / fixture), *CONFIG_COMMANDS[command])
     assert code == USER_ERROR == 2
     assert message in err
+    assert err.startswith("pipeplan: error: ") and err.count("\n") == 1  # one short line
     assert "Traceback" not in err
     assert out == ""
+
+
+@pytest.mark.parametrize(("fixture", "message"), UNSOLVABLE_CONFIGS, ids=[row[0] for row in UNSOLVABLE_CONFIGS])
+def test_unsolvable_budget_names_the_smallest_budget_that_works(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fixture: str, message: str
+) -> None:
+    code, _, err = run(capsys, "simulate", str(CONFIGS / fixture), "--schedule", "gpipe")
+    assert code == 0, err  # the config itself is valid
+    out = tmp_path / "out"
+    code, stdout, err = run(capsys, "solve", str(CONFIGS / fixture), "--quiet", "--out", str(out))
+    assert code == USER_ERROR
+    assert message in err and "Traceback" not in err
+    assert stdout == "" and not out.exists()
+    # The same budget in a sweep: alone it is an error naming the smallest budget; beside a workable one, a note.
+    code, _, err = run(capsys, "frontier", str(CONFIGS / fixture), "--budgets", "0.75:0.75:1", "--quiet")
+    assert code == USER_ERROR
+    assert "the smallest that does is 1" in err
+    code, stdout, err = run(capsys, "frontier", str(CONFIGS / fixture), "--budgets", "0.75:1:0.25", "--quiet",
+                            "--time-limit", "2")
+    assert code == 0, err
+    assert "INFEASIBLE" in stdout and message in stdout.replace("\n", "")
 
 
 @pytest.mark.parametrize(
@@ -130,11 +170,25 @@ def test_good_configs_exit_0(capsys: pytest.CaptureFixture[str], path: Path, fmt
         assert schedule in out
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["simulate", "--help"], ["--version"]])
-def test_help_and_version_exit_0(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
-    code, out, _ = run(capsys, *argv)
+@pytest.mark.parametrize("command", [None, *sorted(cli.commands)])
+def test_help_of_every_command_shows_a_runnable_example(capsys: pytest.CaptureFixture[str], command: str | None) -> None:
+    code, out, _ = run(capsys, *([] if command is None else [command]), "--help")
     assert code == 0
-    assert "pipeplan" in out or "Usage" in out
+    assert out.startswith("Usage: pipeplan")
+    assert "Example" in out
+    examples = [line.strip() for line in out.splitlines() if line.strip().startswith("pipeplan ")]
+    assert examples, out
+    if command is not None:
+        assert any(line.startswith(f"pipeplan {command} ") for line in examples)
+    for line in examples:  # every example names a file that exists (or a folder that solve writes)
+        config = line.split()[2]
+        assert (ROOT / config).exists() or config.startswith("results/"), line
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--version")
+    assert code == 0
+    assert out == f"pipeplan, version {__version__}\n"
 
 
 def test_console_script() -> None:
@@ -150,3 +204,109 @@ def test_console_script() -> None:
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2
     assert "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_solve_table_marks_the_chosen_schedule_and_units(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "solve", TINY, "--time-limit", "2")
+    assert code == 0, err
+    assert err == ""  # no progress display when stderr is not a terminal
+    assert "makespan (ms)" in out and "peak memory (GiB)" in out
+    chosen = [line for line in out.splitlines() if "│ * " in line]
+    assert len(chosen) == 1
+    assert "* chosen:" in out and "OPTIMAL" in out
+
+
+def test_progress_lines() -> None:
+    assert format_progress(1.25, 91.34, 87.2, "ms") == "solving:    1.2 s elapsed, best 91.34 ms, bound 87.2 ms"
+    assert format_progress(0.0, None, None, "ms") == "solving:    0.0 s elapsed, best -, bound -"
+    report = SweepProgress(2, 7, 12.0, Progress(3.0, 87.21, 87.0))
+    assert format_sweep(report, "activations") == "budget 3/7 (12 activations)"
+
+
+@pytest.mark.parametrize(
+    ("budgets", "message"),
+    [
+        ("8:16", "--budgets '8:16' is not A:B:STEP"),
+        ("8:16:2:1", "is not A:B:STEP"),
+        ("8:x:2", "has a part that is not a number"),
+        ("16:8:2", "needs 0 < A <= B and STEP > 0"),
+        ("0:8:2", "needs 0 < A <= B and STEP > 0"),
+        ("4:8:0", "needs 0 < A <= B and STEP > 0"),
+        ("4:8:-1", "needs 0 < A <= B and STEP > 0"),
+        ("1:inf:1", "needs 0 < A <= B and STEP > 0"),
+        ("1:1000:0.01", "gives 99901 budgets; at most 500"),
+    ],
+)
+def test_bad_budgets_exit_2_before_any_solve(capsys: pytest.CaptureFixture[str], budgets: str, message: str) -> None:
+    code, out, err = run(capsys, "frontier", SEED, "--budgets", budgets)
+    assert code == USER_ERROR
+    assert message in err and "A:B:STEP, e.g. 4:16:2" in err or "at most" in err
+    assert out == "" and "Traceback" not in err
+
+
+def test_budget_ranges_include_both_ends() -> None:
+    assert parse_budgets("4:16:4") == [4.0, 8.0, 12.0, 16.0]
+    assert parse_budgets("1:2:0.1")[-1] == 2.0 and len(parse_budgets("1:2:0.1")) == 11
+    assert parse_budgets("3:4:2") == [3.0]
+
+
+def test_solve_out_writes_the_contract_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    code, stdout, err = run(capsys, "solve", TINY, "--time-limit", "2", "--format", "json", "--out", str(out))
+    assert code == 0, err
+    summary = json.loads(stdout)
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8")) == summary
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.csv", "report.html", "schedules", "summary.json"]
+    assert sorted(p.stem for p in (out / "schedules").iterdir()) == sorted(r["schedule"] for r in summary["schedules"])
+    assert summary["config"]["units"] == {"time": "ms", "memory": "GiB"}
+    assert summary["config"]["solver"]["time_limit_s"] == 2  # the flag, not the config's value
+
+
+def test_existing_out_is_not_clobbered_without_force(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me", encoding="utf-8")
+    for command in ("solve", "frontier"):
+        argv = [command, TINY, "--out", str(out), "--time-limit", "2", "--quiet"]
+        if command == "frontier":
+            argv += ["--budgets", "2:3:1", "--no-png"]
+        code, stdout, err = run(capsys, *argv)
+        assert code == USER_ERROR
+        assert f"output folder '{out}' already exists; pass --force" in err
+        assert stdout == ""
+        assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
+    code, _, err = run(capsys, "solve", TINY, "--out", str(out), "--time-limit", "2", "--quiet", "--force")
+    assert code == 0, err
+    assert not (out / "mine.txt").exists() and (out / "report.html").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no staging or trash folder left beside it
+
+
+@pytest.mark.parametrize(("error", "status"), [(OSError("No space left on device"), USER_ERROR),
+                                              (KeyboardInterrupt(), 130)], ids=["disk-full", "interrupted"])
+def test_a_failed_write_leaves_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: BaseException,
+    status: int,
+) -> None:
+    """The report is the last file written into the staging folder: failing there must leave no trace."""
+    calls = []
+
+    def failing_render(folder: Path | str) -> str:
+        calls.append(Path(folder))
+        assert (Path(folder) / "summary.json").exists()  # the write was well under way
+        raise error
+
+    monkeypatch.setattr(pipeplan.report.html, "render_folder", failing_render)
+    out = tmp_path / "run"
+    code, _, err = run(capsys, "solve", TINY, "--out", str(out), "--time-limit", "2", "--quiet")
+    assert code == status
+    assert calls and not calls[0].exists()
+    assert list(tmp_path.iterdir()) == []
+    if status == USER_ERROR:
+        assert "No space left on device" in err and "Traceback" not in err
+    # An existing folder survives a failed --force run untouched.
+    out.mkdir()
+    (out / "old.txt").write_text("old run", encoding="utf-8")
+    code, _, _ = run(capsys, "solve", TINY, "--out", str(out), "--time-limit", "2", "--quiet", "--force")
+    assert code == status
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    assert [p.name for p in out.iterdir()] == ["old.txt"]
