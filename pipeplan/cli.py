@@ -171,7 +171,7 @@ def _solver_options(func: F) -> F:
     return func
 
 
-@cli.command()
+@cli.command(short_help="Find the optimal schedule and compare it with every named one.")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str))
 @_solver_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
@@ -226,7 +226,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
         console.print(f"wrote {out}/summary.json, metrics.csv, schedules/, report.html")
 
 
-@cli.command()
+@cli.command(short_help="Re-render report.html from a result folder.")
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path), metavar="DIR")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Where to write the page (default: DIR/report.html).")
@@ -274,7 +274,7 @@ def parse_budgets(text: str) -> list[float]:
 MAX_BUDGETS = 500
 
 
-@cli.command("frontier")
+@cli.command("frontier", short_help="Sweep the memory budget: step time against memory (CSV, plot).")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--budgets", required=True, metavar="A:B:STEP",
               help="Budgets per device to sweep, from A to B inclusive (the config's memory unit).")

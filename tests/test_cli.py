@@ -171,7 +171,9 @@ def test_good_configs_exit_0(capsys: pytest.CaptureFixture[str], path: Path, fmt
 
 
 @pytest.mark.parametrize("command", [None, *sorted(cli.commands)])
-def test_help_of_every_command_shows_a_runnable_example(capsys: pytest.CaptureFixture[str], command: str | None) -> None:
+def test_help_of_every_command_shows_a_runnable_example(
+    capsys: pytest.CaptureFixture[str], command: str | None
+) -> None:
     code, out, _ = run(capsys, *([] if command is None else [command]), "--help")
     assert code == 0
     assert out.startswith("Usage: pipeplan")

@@ -37,8 +37,10 @@ h1 { font-size: 1.6em; margin-bottom: 0.2em; }
 h2 { font-size: 1.25em; margin-top: 1.6em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
 p.lead { font-size: 1.1em; margin-top: 0.3em; }
 table { border-collapse: collapse; margin: 0.6em 0; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid #ccc; padding: 4px 10px; white-space: nowrap; }
+th, td { border: 1px solid #ccc; padding: 4px 8px; }
+td { white-space: nowrap; }
 th { background: #f3f3f3; text-align: left; }
+div.scroll { overflow-x: auto; }
 td.num { text-align: right; }
 tr.chosen td { background: #e3f4e6; font-weight: bold; }
 tr.over td { color: #888; }
@@ -98,7 +100,8 @@ def _comparison(summary: dict[str, Any], units: Units) -> str:
         f"peak memory ({units.memory})", "fits budget", "optimizer status", f"lower bound ({units.time})", "gap",
         "solve time",
     ]
-    lines = ["<table class=\"comparison\"><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    lines = ['<div class="scroll"><table class="comparison"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+             + "</tr>"]
     for row in summary["schedules"]:
         name = row["schedule"]
         chosen = name == summary["chosen"]
@@ -114,7 +117,7 @@ def _comparison(summary: dict[str, Any], units: Units) -> str:
         tds = "".join(f"<td>{cells[0]}</td>" if i == 0 else f'<td class="num">{html.escape(c)}</td>'
                       for i, c in enumerate(cells))
         lines.append(f'<tr class="{css}">{tds}</tr>')
-    lines.append("</table>")
+    lines.append("</table></div>")
     return "".join(lines)
 
 

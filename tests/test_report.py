@@ -1,0 +1,176 @@
+"""report.html: built from the result folder alone, self-contained, and drawn by a real browser.
+
+The browser test opens the page in Debian's headless Chromium with every host unresolvable (so a page that
+needed a CDN would draw nothing), dumps the DOM after the scripts ran, and checks that plotly drew each figure.
+The screenshot is kept in tests/artifacts/report.png for people to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from bad_configs import CONFIGS
+
+from pipeplan.cli import USER_ERROR, main
+from pipeplan.report.files import read_results
+from pipeplan.report.html import REPORT_NAME, figure_ids
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "tests" / "artifacts"
+# Four devices, unequal stages, split backward, comm latency, a per-device budget, units ms and GiB.
+CONFIG = CONFIGS / "good-per-stage-split.yaml"
+CHROMIUM = next((p for p in (shutil.which("chromium"), "/usr/bin/chromium") if p and Path(p).exists()), None)
+SCREEN = (1400, 3000)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "run"
+    code = main(["solve", str(CONFIG), "--out", str(out), "--time-limit", "2", "--workers", "1", "--quiet"])
+    assert code == 0
+    return out
+
+
+def page(folder: Path) -> str:
+    return (folder / REPORT_NAME).read_text(encoding="utf-8")
+
+
+def test_report_is_one_self_contained_page(folder: Path) -> None:
+    text = page(folder)
+    assert text.count("* plotly.js v") == 1  # the library's banner: embedded exactly once
+    assert "<script src" not in text and "<link" not in text  # nothing fetched from anywhere
+    assert text.count("Plotly.newPlot(") == len(figure_ids(read_results(folder)))
+
+
+def test_report_shows_the_problem_and_every_schedule(folder: Path) -> None:
+    text = page(folder)
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    assert "<title>pipeplan report: uneven-4x12</title>" in text
+    glance = text[text.index('<table class="glance">'):]
+    glance = glance[:glance.index("</table>")]
+    for cell in ("<th>devices (pipeline stages)</th><td>4</td>", "<th>microbatches per step</th><td>12</td>",
+                 "<th>forward F (ms, per stage)</th><td>1.2, 1, 1, 1.4</td>",
+                 "<th>weight gradient W (ms)</th><td>0.9, 0.8, 0.8, 1</td>",
+                 "<th>comm latency (ms)</th><td>0.05</td>", "<th>budget per device (GiB)</th><td>8, 8, 6, 5</td>",
+                 "<th>objective</th><td>makespan (lower is better)</td>"):
+        assert cell in glance
+    table = text[text.index('<table class="comparison">'):]
+    table = table[:table.index("</table>")]
+    rows = re.findall(r'<tr class="([a-z]*)"><td>([^<]*)</td>', table)
+    assert [name.replace("&#9733; ", "").replace(" (chosen)", "") for _, name in rows] == [
+        row["schedule"] for row in summary["schedules"]]
+    chosen = [(css, name) for css, name in rows if css == "chosen"]
+    assert chosen == [("chosen", f"&#9733; {summary['chosen']} (chosen)")]
+    optimal = next(row for row in summary["schedules"] if row["schedule"] == "optimal")
+    assert f">{optimal['status']}<" in table
+    for header in ("makespan (ms)", "stage span (ms)", "bubble", "utilization", "peak memory (GiB)",
+                   "fits budget", "optimizer status", "lower bound (ms)", "gap"):
+        assert f"<th>{header}</th>" in table
+
+
+def test_report_command_rebuilds_the_same_page_from_the_files(
+    capsys: pytest.CaptureFixture[str], folder: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    (copy / REPORT_NAME).unlink()
+    (copy / "metrics.csv").unlink()  # not needed: summary.json and schedules/ are enough
+    assert main(["report", str(copy)]) == 0
+    assert (copy / REPORT_NAME).read_bytes() == (folder / REPORT_NAME).read_bytes()
+    assert main(["report", str(copy)]) == USER_ERROR  # never clobbered without --force
+    assert "already exists; pass --force" in capsys.readouterr().err
+    assert main(["report", str(copy), "--force"]) == 0
+    assert main(["report", str(copy), "--out", str(tmp_path / "elsewhere.html")]) == 0
+    assert (tmp_path / "elsewhere.html").read_bytes() == (folder / REPORT_NAME).read_bytes()
+
+
+def _tamper_op(folder: Path) -> None:
+    path = folder / "schedules" / "1f1b.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record["ops"][3]["end"] += 1.0
+    path.write_text(json.dumps(record), encoding="utf-8")
+
+
+def _drop_config(folder: Path) -> None:
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    del summary["config"]
+    (folder / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda f: shutil.rmtree(f), "does not exist; give a folder written by 'pipeplan solve --out'"),
+        (lambda f: (f / "summary.json").unlink(), "has no summary.json"),
+        (lambda f: (f / "schedules" / "optimal.json").unlink(), "has no schedules/optimal.json"),
+        (lambda f: (f / "summary.json").write_text("{", encoding="utf-8"), "summary.json is not valid JSON"),
+        (_drop_config, "has no 'config' record"),
+        (_tamper_op, "but its order replays to"),
+    ],
+    ids=["no-folder", "no-summary", "no-schedule", "bad-json", "no-config", "edited-times"],
+)
+def test_report_of_a_damaged_folder_exits_2(
+    capsys: pytest.CaptureFixture[str], folder: Path, tmp_path: Path, damage: object, message: str
+) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    damage(copy)  # type: ignore[operator]
+    code = main(["report", str(copy), "--out", str(tmp_path / "page.html")])
+    err = capsys.readouterr().err
+    assert code == USER_ERROR
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "page.html").exists()
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    assert CHROMIUM is not None
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}", "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--virtual-time-budget=20000", "--hide-scrollbars",
+    ]
+    return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, timeout=180, check=False)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_chromium_draws_every_figure_offline(folder: Path, tmp_path: Path) -> None:
+    results = read_results(folder)
+    url = (folder / REPORT_NAME).resolve().as_uri()
+    proc = _chromium(tmp_path, "--dump-dom", url)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    dom = proc.stdout.decode()
+
+    ids = figure_ids(results)
+    assert ids[:2] == ["gantt-optimal", "gantt-1f1b"] and ids[-2:] == ["memory", "utilization"]
+    starts = [dom.index(f'<div id="{fid}"') for fid in ids]
+    assert starts == sorted(starts)
+    segments = {fid: dom[start:end] for fid, start, end in zip(ids, starts, [*starts[1:], len(dom)])}
+    for fid, segment in segments.items():
+        opening = segment[:segment.index(">")]
+        assert "js-plotly-plot" in opening, f"{fid} was not plotted"
+        assert segment.count('class="main-svg"') >= 2, f"{fid} has no drawn svg"
+    problem = results.config.problem
+    num_ops = problem.num_stages * problem.num_microbatches * len(problem.kinds)
+    for name in ("optimal", "1f1b"):  # a drawn bar per op
+        assert segments[f"gantt-{name}"].count('class="point"') == num_ops
+    # One memory line per device for each schedule drawn in full, and a bar per schedule.
+    shown = sum(fid.startswith("gantt-") for fid in ids)
+    assert segments["memory"].count('class="trace scatter') == shown * problem.num_stages
+    assert segments["utilization"].count('class="point"') == len(results.summary["schedules"])
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    shot.unlink(missing_ok=True)
+    proc = _chromium(tmp_path, f"--screenshot={shot}", f"--window-size={SCREEN[0]},{SCREEN[1]}", url)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    header = shot.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", header[16:24]) == SCREEN
+    assert shot.stat().st_size > 100_000  # a blank or text-only page compresses to far less
