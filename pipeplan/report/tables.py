@@ -12,7 +12,9 @@ from pipeplan.frontier import FrontierRow
 
 
 def _fmt_time(value: float) -> str:
-    return f"{value:,.3f}".rstrip("0").rstrip(".") if value != int(value) else f"{value:,.1f}"
+    """Up to 3 decimals, trailing zeros dropped, at least one decimal: 213.0, 91.34, 0.125."""
+    rounded = round(value, 3)
+    return f"{rounded:,.1f}" if rounded == int(rounded) else f"{rounded:,.3f}".rstrip("0")
 
 
 def _fmt_pct(value: float) -> str:

@@ -1,0 +1,179 @@
+"""The memory-time frontier: every schedule at every budget, an optimizer curve that never rises, and the CLI.
+
+Real CP-SAT solves on small problems with short limits; costs are unequal across stages and kinds.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pipeplan import Problem, schedule_names
+from pipeplan.cli import USER_ERROR, main
+from pipeplan.config import SolverSettings
+from pipeplan.frontier import INFEASIBLE, FrontierRow, SweepProgress, _carry_bounds_down, _keep_previous, frontier
+from pipeplan.report.files import FRONTIER_COLUMNS
+from pipeplan.solver import OPTIMAL, InfeasibleBudget, solve
+
+SETTINGS = SolverSettings(time_limit_s=2, num_workers=1, random_seed=0)
+# Three devices, the first and last heavier, split backward, comm latency.
+SPLIT = Problem(num_stages=3, num_microbatches=6, forward=[1.1, 1.0, 1.4], backward=[1.0, 1.0, 1.3],
+                backward_weight=0.5, comm=0.05, activation=1, weight_activation=0.35)
+# Two chunks per device in V placement: each holds 0.5 per chunk, so one microbatch needs 1 per device.
+VSHAPE = Problem(num_stages=2, num_microbatches=6, num_chunks=2, placement="v", forward=1.0, backward=1.0,
+                 backward_weight=0.5, comm=0.03, activation=1, weight_activation=0.35)
+TINY_CONFIG = Path(__file__).parent / "configs" / "good-minimal.yaml"
+
+
+def optimizer_rows(rows: list[FrontierRow]) -> list[FrontierRow]:
+    return [row for row in rows if row.schedule == "optimal"]
+
+
+def check_frontier(rows: list[FrontierRow]) -> None:
+    """The optimizer's curve never rises, never loses to a named schedule, and its bounds are consistent."""
+    solved = [row for row in optimizer_rows(rows) if row.status != INFEASIBLE]
+    assert [row.budget for row in solved] == sorted(row.budget for row in solved)
+    for smaller, larger in zip(solved, solved[1:]):
+        assert larger.objective is not None and smaller.objective is not None
+        assert larger.objective <= smaller.objective + 1e-9
+        assert larger.lower_bound is not None and smaller.lower_bound is not None
+        assert larger.lower_bound <= smaller.lower_bound + 1e-9  # a bound at b holds at every smaller budget
+    for row in solved:
+        assert row.feasible and row.peak_memory is not None and row.peak_memory <= row.budget + 1e-9
+        assert row.lower_bound is not None and row.objective is not None and row.gap is not None
+        assert row.lower_bound <= row.objective + 1e-9
+        assert row.gap == pytest.approx((row.objective - row.lower_bound) / row.objective)
+        assert (row.status == OPTIMAL) == (row.gap <= 1e-9)
+        named = [r for r in rows if r.budget == row.budget and r.schedule != "optimal" and r.feasible]
+        for other in named:
+            assert other.objective is not None and row.objective <= other.objective + 1e-9, other
+
+
+def test_every_named_schedule_is_reported_at_every_budget() -> None:
+    rows = frontier(SPLIT, [3, 1, 2, 6, 2], SETTINGS)  # any order, duplicates dropped
+    budgets = [1.0, 2.0, 3.0, 6.0]
+    applicable = ["gpipe", "1f1b", "zb-h1", "zb-h2"]
+    assert [(row.budget, row.schedule) for row in rows] == [
+        (b, name) for b in budgets for name in [*applicable, "optimal"]]
+    by_key = {(row.budget, row.schedule): row for row in rows}
+    assert not by_key[(1.0, "zb-h1")].feasible  # over budget, reported anyway
+    assert by_key[(1.0, "zb-h1")].objective is not None
+    assert by_key[(6.0, "zb-h2")].feasible  # 2P - 1 = 5 activations fit in 6
+    assert all(row.status is None for row in rows if row.schedule != "optimal")
+    assert set(applicable) < set(schedule_names())
+    check_frontier(rows)
+    # With room for every microbatch the optimizer reaches at least ZB-H2's makespan.
+    assert by_key[(6.0, "optimal")].objective <= by_key[(6.0, "zb-h2")].objective  # type: ignore[operator]
+
+
+def test_a_budget_below_one_activation_is_a_row_with_the_reason() -> None:
+    rows = frontier(SPLIT, [0.5, 2], SETTINGS)
+    (first, second) = optimizer_rows(rows)
+    assert first.status == INFEASIBLE and not first.feasible and first.objective is None
+    assert "memory.budget (0.5) on device 0 is below one activation (1)" in first.note
+    assert [row.budget for row in rows].count(0.5) == 1  # no named rows: no problem can be built there
+    assert second.status in (OPTIMAL, "FEASIBLE") and second.note == ""
+
+
+def test_a_budget_below_the_chunks_minimum_is_a_row_and_all_such_budgets_an_error() -> None:
+    rows = frontier(VSHAPE, [0.75, 1.0], SETTINGS)
+    infeasible = optimizer_rows(rows)[0]
+    assert infeasible.status == INFEASIBLE
+    assert "raise memory.budget to at least 1" in infeasible.note
+    # The problem exists at 0.75, so the named schedules are reported there, all over budget.
+    named = [row for row in rows if row.budget == 0.75 and row.schedule != "optimal"]
+    assert named and not any(row.feasible for row in named)
+    check_frontier(rows)
+    with pytest.raises(InfeasibleBudget, match="no budget from 0.6 to 0.75 admits a schedule; the smallest that "
+                                               "does is 1"):
+        frontier(VSHAPE, [0.6, 0.75], SETTINGS)
+
+
+def test_optimizer_curve_never_rises_with_short_limits() -> None:
+    """Short limits leave some budgets unproven; the curve must still fall monotonically."""
+    problem = replace(VSHAPE, num_microbatches=8)
+    rows = frontier(problem, [1.0, 1.5, 2.0, 2.5, 3.0], replace(SETTINGS, time_limit_s=0.3))
+    check_frontier(rows)
+
+
+def test_progress_reports_each_budget_then_its_solve() -> None:
+    seen: list[SweepProgress] = []
+    frontier(SPLIT, [2, 3], SETTINGS, progress=seen.append)
+    starts = [p for p in seen if p.solve is None]
+    assert [(p.index, p.total, p.budget) for p in starts] == [(0, 2, 2.0), (1, 2, 3.0)]
+    assert seen[0].solve is None
+    for p in seen:
+        if p.solve is not None:
+            assert p.solve.elapsed_s >= 0
+
+
+def test_a_worse_answer_at_a_larger_budget_is_replaced_by_the_smaller_budgets_schedule() -> None:
+    """The guard behind the monotone curve: the previous answer, replayed under the larger budget, is kept."""
+    small = replace(SPLIT, budget=2.0)
+    large = replace(SPLIT, budget=3.0)
+    at_small = solve(small, time_limit_s=2, num_workers=1)
+    at_large = solve(large, time_limit_s=2, num_workers=1)
+    kept = _keep_previous(large, at_small, 2.0, at_large)
+    assert kept.schedule == at_small.schedule
+    assert kept.objective == pytest.approx(at_small.objective)
+    assert kept.metrics.feasible and kept.metrics.peak_memory <= 2.0 + 1e-9
+    assert kept.lower_bound == pytest.approx(min(at_small.objective, at_large.lower_bound))
+    assert kept.source == "budget 2"
+    assert kept.solver_times is None
+
+
+def test_bounds_proven_at_larger_budgets_carry_down() -> None:
+    def opt(budget: float, objective: float, bound: float) -> FrontierRow:
+        gap = (objective - bound) / objective
+        return FrontierRow(budget, "optimal", True, objective, objective, objective, 0.9, budget,
+                           status=OPTIMAL if gap == 0 else "FEASIBLE", lower_bound=bound, gap=gap)
+
+    rows = [opt(4, 10.0, 8.0), opt(5, 9.5, 9.5), opt(6, 9.5, 9.0)]
+    carried = _carry_bounds_down(rows)
+    assert [row.lower_bound for row in carried] == [9.5, 9.5, 9.0]
+    assert carried[0].gap == pytest.approx(0.05) and carried[0].status == "FEASIBLE"
+    proven = _carry_bounds_down([opt(4, 9.5, 8.0), opt(5, 9.5, 9.5)])
+    assert proven[0].status == OPTIMAL and proven[0].gap == 0  # the larger budget's proof settles the smaller
+
+
+def test_frontier_command_writes_csv_and_a_self_contained_plot(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "sweep"
+    png = shutil.which("chromium") is not None and importlib.util.find_spec("kaleido") is not None
+    argv = ["frontier", str(TINY_CONFIG), "--budgets", "0.5:3:0.5", "--time-limit", "2", "--workers", "1",
+            "--out", str(out), "--quiet"]
+    code = main(argv if png else [*argv, "--no-png"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.err == ""  # no progress display: not a terminal
+    table = captured.out
+    assert "makespan (units) against budget (slots)" in table
+    assert "budget 0.5: memory.budget (0.5) on device 0 is below one activation (1)" in table
+    with (out / "frontier.csv").open(encoding="utf-8", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert list(rows[0]) == list(FRONTIER_COLUMNS)
+    assert sorted({float(row["budget"]) for row in rows}) == [0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
+    optimal = [row for row in rows if row["schedule"] == "optimal"]
+    assert [row["status"] for row in optimal][0] == INFEASIBLE
+    values = [float(row["objective"]) for row in optimal[1:]]
+    assert values == sorted(values, reverse=True)
+    html = (out / "frontier.html").read_text(encoding="utf-8")
+    assert html.count("* plotly.js v") == 1 and "<script src" not in html
+    expected = ["frontier.csv", "frontier.html", *(["frontier.png"] if png else [])]
+    assert sorted(p.name for p in out.iterdir()) == expected
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep"]
+
+
+def test_frontier_command_with_no_workable_budget_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    code = main(["frontier", str(TINY_CONFIG), "--budgets", "0.25:0.75:0.25", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == USER_ERROR
+    assert "no budget from 0.25 to 0.75 admits a schedule; the smallest that does is 1" in err
+    assert "Traceback" not in err and not out.exists()
