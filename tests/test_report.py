@@ -12,6 +12,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,19 @@ def test_chromium_draws_every_figure_offline(folder: Path, tmp_path: Path) -> No
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", header[16:24]) == SCREEN
     assert shot.stat().st_size > 100_000  # a blank or text-only page compresses to far less
+
+
+def test_make_figures_script_writes_a_folder_per_model(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_figures.py"), "--models", "seed-8x64", "--frontier", "",
+         "--no-png", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(r"seed-8x64: chosen 1f1b; optimal 213 units OPTIMAL \(bound 213, [0-9.]+ s\); "
+                        r"gpipe 360 units, 1f1b 213 units\n", proc.stdout), proc.stdout
+    folder = tmp_path / "seed-8x64"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "metrics.csv", "schedules.html", "summary.json", "utilization.html"]
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    assert summary["chosen"] == "1f1b" and summary["config"]["name"] == "seed-8x64"

@@ -250,7 +250,8 @@ def frontier_figure(
     rows: Sequence[FrontierRow], objective: str, title: str, time_unit: str = "units", memory_unit: str = "slots"
 ) -> go.Figure:
     """The memory-time frontier: objective against budget, a line per schedule (points within the budget only),
-    the optimizer's in bold with its proven lower bound dotted."""
+    the optimizer's in bold with its proven lower bound dotted. Lines are steps: a value holds from its budget
+    up to the next one swept."""
     names = list(dict.fromkeys(row.schedule for row in rows))
     colours = schedule_colours(names)
     fig = go.Figure()
@@ -260,7 +261,7 @@ def frontier_figure(
         fig.add_trace(go.Scatter(
             x=[row.budget for row in points], y=[row.objective for row in points],
             mode="lines+markers", name=name,
-            line={"color": colours[name], "width": 3.5 if optimal else 1.5, "shape": "hv" if optimal else "linear"},
+            line={"color": colours[name], "width": 3.5 if optimal else 1.5, "shape": "hv"},
             marker={"size": 9 if optimal else 6},
             customdata=[[row.status or "", row.peak_memory] for row in points],
             hovertemplate=f"{name}<br>budget %{{x:g}} {memory_unit}<br>{objective} %{{y:.4g}} {time_unit}"

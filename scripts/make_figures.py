@@ -1,0 +1,126 @@
+"""Figures for people: solve every model in models/ and draw what `pipeplan solve --out` reports, as PNG.
+
+For each config it runs the same comparison as `pipeplan solve` (every named schedule and the CP-SAT optimum)
+and writes into results/<model>/:
+
+- summary.json and metrics.csv, as `pipeplan solve --out` writes them;
+- schedules.png (+ .html): the Gantt chart and live memory per device of the baseline (1F1B, or the best named
+  schedule within the budget when 1F1B does not apply) above the optimizer's schedule, on one time axis;
+- utilization.png (+ .html): utilization per schedule, the chosen one highlighted.
+
+Then it sweeps the budget of one model (default split-8x32) like `pipeplan frontier` and writes
+results/frontier-<model>.csv and .png. PNGs need plotly's static export (kaleido and Chrome or Chromium, e.g.
+Debian's chromium); without it the HTML files are written and a warning is logged.
+
+    python scripts/make_figures.py [--models seed-8x64 ...] [--out results] [--time-limit S] [--no-png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from pipeplan.config import Config, load_config
+from pipeplan.frontier import frontier
+from pipeplan.planner import Comparison, compare
+from pipeplan.report import figures
+from pipeplan.report.figures import frontier_figure, save, utilization_bars
+from pipeplan.report.files import config_record, frontier_frame, metrics_frame, write_folder
+from pipeplan.solver import objective_of
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+FRONTIER_BUDGETS = {"split-8x32": [4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0]}
+
+
+def baseline(comparison: Comparison) -> str:
+    """The named schedule to draw beside the optimizer's: 1F1B, else the best named one within the budget."""
+    named = {e.schedule.name: e.metrics for e in comparison.named}
+    if "1f1b" in named:
+        return "1f1b"
+    feasible = [name for name, m in named.items() if m.feasible] or list(named)
+    return min(feasible, key=lambda name: objective_of(named[name], comparison.objective))
+
+
+def solve_model(config: Config, out: Path, png: bool, time_limit: float | None) -> str:
+    """Compare the schedules of one model, write its folder, and return a one-line description."""
+    settings = config.solver if time_limit is None else replace(config.solver, time_limit_s=time_limit)
+    comparison = compare(config.problem, settings)
+    summary = comparison.summary(config.name)
+    summary["config"] = config_record(config.name, config.problem, settings, config.units)
+    timelines = comparison.timelines()
+    base = baseline(comparison)
+    rows = {row["schedule"]: row for row in summary["schedules"]}
+    unit = config.units.time
+    objective = comparison.objective
+
+    def describe(name: str) -> str:
+        row = rows[name]
+        return f"{name} {row[objective]:.4g} {unit}" + ("" if row["feasible"] else " (over budget)")
+
+    def fill(folder: Path) -> None:
+        (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        metrics_frame(summary["schedules"]).to_csv(folder / "metrics.csv", index=False)
+        titles = [f"{name}: {objective.replace('_', ' ')} {rows[name][objective]:.4g} {unit}, bubble "
+                  f"{100 * rows[name]['bubble']:.1f} %, peak memory {rows[name]['peak_memory']:g} {config.units.memory}"
+                  for name in (base, "optimal")]
+        figure = figures.compare([timelines[base], timelines["optimal"]], titles,
+                         title=f"{config.name}: {base} and the optimizer's schedule",
+                         time_unit=unit, memory_unit=config.units.memory)
+        save(figure, folder / "schedules", png=png)
+        bars = utilization_bars(summary["schedules"], summary["chosen"],
+                                title=f"{config.name}: utilization per schedule (higher is better)")
+        bars.update_layout(width=900)
+        save(bars, folder / "utilization", png=png)
+
+    write_folder(out, force=True, fill=fill)
+    opt = comparison.optimal
+    others = ", ".join(describe(name) for name in rows if name != "optimal")
+    return (f"{config.name}: chosen {summary['chosen']}; optimal {opt.objective:.4g} {unit} {opt.status} "
+            f"(bound {opt.lower_bound:.4g}, {opt.solve_time_s:.1f} s); {others}")
+
+
+def sweep_model(config: Config, budgets: list[float], out: Path, png: bool, time_limit: float | None) -> str:
+    """The memory-time frontier of one model: CSV and figure."""
+    settings = config.solver if time_limit is None else replace(config.solver, time_limit_s=time_limit)
+    rows = frontier(config.problem, budgets, settings)
+    frontier_frame(rows).to_csv(out.with_suffix(".csv"), index=False)
+    figure = frontier_figure(rows, settings.objective,
+                             title=f"{config.name}: {settings.objective} against activation memory budget",
+                             time_unit=config.units.time, memory_unit=config.units.memory)
+    save(figure, out, png=png)
+    points = ", ".join(f"{row.budget:g}: {row.objective:.4g}" for row in rows
+                       if row.schedule == "optimal" and row.objective is not None)
+    return f"{config.name} frontier (budget: optimal {settings.objective}): {points}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="*", default=None,
+                        help="model names in models/ (default: every models/*.yaml)")
+    parser.add_argument("--out", default=str(ROOT / "results"), help="folder for the results")
+    parser.add_argument("--time-limit", type=float, default=None, help="solver limit per solve (default: config)")
+    parser.add_argument("--frontier", default="split-8x32", help="model whose budget is swept ('' for none)")
+    parser.add_argument("--no-png", action="store_true", help="write the figures as HTML only")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+
+    names = args.models if args.models is not None else sorted(p.stem for p in MODELS.glob("*.yaml"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        print(solve_model(load_config(MODELS / f"{name}.yaml"), out / name, not args.no_png, args.time_limit))
+    if args.frontier:
+        config = load_config(MODELS / f"{args.frontier}.yaml")
+        budgets = FRONTIER_BUDGETS.get(args.frontier) or [config.problem.budget_per_device[0] * k / 4  # type: ignore[index]
+                                                          for k in range(2, 9)]
+        print(sweep_model(config, budgets, out / f"frontier-{args.frontier}", not args.no_png, args.time_limit))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
