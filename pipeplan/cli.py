@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -33,9 +34,9 @@ USER_ERROR = 2
 
 
 def _console() -> Console:
-    """stdout as rich sees it; when piped, wide enough that tables are not squeezed into 80 columns."""
+    """stdout as rich sees it; when piped, as wide as $COLUMNS says, else 160 so tables are not squeezed."""
     console = Console()
-    return console if console.is_terminal else Console(width=160)
+    return console if console.is_terminal or "COLUMNS" in os.environ else Console(width=160)
 
 
 def _debug_option(func: F) -> F:

@@ -8,9 +8,13 @@ and writes into results/<model>/:
   schedule within the budget when 1F1B does not apply) above the optimizer's schedule, on one time axis;
 - utilization.png (+ .html): utilization per schedule, the chosen one highlighted.
 
+- report.png: a screenshot of the report.html that `pipeplan solve --out` writes (the page itself, 5 MB with
+  plotly.js embedded, is not kept), taken with headless Chromium.
+
 Then it sweeps the budget of one model (default split-8x32) like `pipeplan frontier` and writes
 results/frontier-<model>.csv and .png. PNGs need plotly's static export (kaleido and Chrome or Chromium, e.g.
-Debian's chromium); without it the HTML files are written and a warning is logged.
+Debian's chromium) and /usr/bin/chromium for the screenshot; without them the HTML files are written and a
+warning is logged.
 
     python scripts/make_figures.py [--models seed-8x64 ...] [--out results] [--time-limit S] [--no-png]
 """
@@ -20,7 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
+import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,12 +36,35 @@ from pipeplan.frontier import frontier
 from pipeplan.planner import Comparison, compare
 from pipeplan.report import figures
 from pipeplan.report.figures import frontier_figure, save, utilization_bars
-from pipeplan.report.files import config_record, frontier_frame, metrics_frame, write_folder
+from pipeplan.report.files import config_record, frontier_frame, metrics_frame, write_folder, write_results
+from pipeplan.report.html import REPORT_NAME, render_folder
 from pipeplan.solver import objective_of
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 FRONTIER_BUDGETS = {"split-8x32": [4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0]}
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+log = logging.getLogger("make_figures")
+
+
+def screenshot(page: Path, png: Path, height: int) -> bool:
+    """A 1400-pixel-wide screenshot of ``page`` with headless Chromium, offline; False when it cannot be made."""
+    if not Path(CHROMIUM).exists():
+        log.warning("no chromium: skipping the screenshot %s", png)
+        return False
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND", "--hide-scrollbars",
+             "--virtual-time-budget=20000", f"--window-size=1400,{height}", f"--screenshot={png}",
+             page.resolve().as_uri()],
+            capture_output=True, timeout=300, check=False,
+        )
+    if proc.returncode != 0 or not png.exists():
+        log.warning("the screenshot %s failed: %s", png, proc.stderr.decode(errors="replace")[-500:])
+        return False
+    return True
 
 
 def baseline(comparison: Comparison) -> str:
@@ -76,6 +106,14 @@ def solve_model(config: Config, out: Path, png: bool, time_limit: float | None) 
                                 title=f"{config.name}: utilization per schedule (higher is better)")
         bars.update_layout(width=900)
         save(bars, folder / "utilization", png=png)
+        if png:
+            with tempfile.TemporaryDirectory() as tmp:
+                run = Path(tmp) / "run"
+                write_results(run, summary, timelines,
+                              extra=lambda f: (f / REPORT_NAME).write_text(render_folder(f), encoding="utf-8"))
+                devices = config.problem.num_stages
+                height = 1250 + 2 * (190 + 40 * devices) + (200 + 120 * devices) + 500
+                screenshot(run / REPORT_NAME, folder / "report.png", height)
 
     write_folder(out, force=True, fill=fill)
     opt = comparison.optimal

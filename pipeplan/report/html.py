@@ -187,6 +187,7 @@ def build_report(results: Results) -> str:
         parts.append(f'<p class="note">Not applicable here:</p><ul class="note">{items}</ul>')
 
     shown = _shown(results)
+    end = 1.01 * max(max(t.end) for t in shown)
     parts.append("<h2>Gantt charts</h2>")
     parts.append('<p class="note">One row per device; F blue, B orange, W green; the number on a bar is its '
                  "microbatch (zoom in when bars are narrow); hover for start and end.</p>")
@@ -195,10 +196,12 @@ def build_report(results: Results) -> str:
         title = (f"{timeline.schedule.name}: makespan {_num(row['makespan'], 6)} {units.time}, "
                  f"bubble {_pct(row['bubble'])}, peak memory {_num(row['peak_memory'])} {units.memory}")
         fig = gantt(timeline, title=title, time_unit=units.time, labels=True)
+        fig.update_xaxes(range=[0, end])  # one time scale for every chart on the page
         parts.append(_figure(fig, f"gantt-{_slug(timeline.schedule.name)}"))
     parts.append("<h2>Activation memory per device</h2>")
     memory = memory_per_device(shown, title="Live activation memory over time (budget dashed)",
                                time_unit=units.time, memory_unit=units.memory)
+    memory.update_xaxes(range=[0, end])
     parts.append(_figure(memory, "memory"))
     parts.append("<h2>Utilization</h2>")
     parts.append(_figure(utilization_bars(summary["schedules"], summary["chosen"]), "utilization"))
