@@ -219,10 +219,11 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
     console.print(
         f"optimizer: {opt.status} {opt.objective_name} {opt.objective:g} {cfg.units.time}, "
         f"lower bound {opt.lower_bound:g}, gap {100 * opt.gap:.2f} %, {opt.solve_time_s:.1f} s "
-        f"(order from {opt.source}; best warm start {opt.best_heuristic} at {opt.best_heuristic_objective:g})"
+        f"(order from {opt.source}; best warm start {opt.best_heuristic} at {opt.best_heuristic_objective:g})",
+        soft_wrap=True,
     )
     for name, reason in comparison.skipped.items():
-        console.print(f"skipped {name}: {reason}", style="dim", overflow="fold")
+        console.print(f"skipped {name}: {reason}", style="dim", soft_wrap=True)
     if out is not None:
         console.print(f"wrote {out}/summary.json, metrics.csv, schedules/, report.html")
 
@@ -324,7 +325,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     console.print(frontier_table(cfg.name, rows, settings.objective, cfg.units))
     for row in rows:
         if row.note:
-            console.print(f"budget {row.budget:g}: {row.note}", style="yellow", overflow="fold")
+            console.print(f"budget {row.budget:g}: {row.note}", style="yellow", soft_wrap=True)
     if out is not None:
         written = ", ".join(sorted(p.name for p in out.iterdir()))
         console.print(f"wrote {out}/: {written}")

@@ -4,8 +4,8 @@ For each config it runs the same comparison as `pipeplan solve` (every named sch
 and writes into results/<model>/:
 
 - summary.json and metrics.csv, as `pipeplan solve --out` writes them;
-- schedules.png (+ .html): the Gantt chart and live memory per device of the baseline (1F1B, or the best named
-  schedule within the budget when 1F1B does not apply) above the optimizer's schedule, on one time axis;
+- schedules.png (+ .html): the Gantt chart and live memory per device of the report's baseline (1F1B, or the
+  best named schedule within the budget when 1F1B does not apply) above the optimizer's schedule, on one axis;
 - utilization.png (+ .html): utilization per schedule, the chosen one highlighted.
 
 - report.png: a screenshot of the report.html that `pipeplan solve --out` writes (the page itself, 5 MB with
@@ -33,12 +33,11 @@ from pathlib import Path
 
 from pipeplan.config import Config, load_config
 from pipeplan.frontier import frontier
-from pipeplan.planner import Comparison, compare
+from pipeplan.planner import compare
 from pipeplan.report import figures
 from pipeplan.report.figures import frontier_figure, save, utilization_bars
 from pipeplan.report.files import config_record, frontier_frame, metrics_frame, write_folder, write_results
-from pipeplan.report.html import REPORT_NAME, render_folder
-from pipeplan.solver import objective_of
+from pipeplan.report.html import REPORT_NAME, baseline, render_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -67,15 +66,6 @@ def screenshot(page: Path, png: Path, height: int) -> bool:
     return True
 
 
-def baseline(comparison: Comparison) -> str:
-    """The named schedule to draw beside the optimizer's: 1F1B, else the best named one within the budget."""
-    named = {e.schedule.name: e.metrics for e in comparison.named}
-    if "1f1b" in named:
-        return "1f1b"
-    feasible = [name for name, m in named.items() if m.feasible] or list(named)
-    return min(feasible, key=lambda name: objective_of(named[name], comparison.objective))
-
-
 def solve_model(config: Config, out: Path, png: bool, time_limit: float | None) -> str:
     """Compare the schedules of one model, write its folder, and return a one-line description."""
     settings = config.solver if time_limit is None else replace(config.solver, time_limit_s=time_limit)
@@ -83,7 +73,8 @@ def solve_model(config: Config, out: Path, png: bool, time_limit: float | None) 
     summary = comparison.summary(config.name)
     summary["config"] = config_record(config.name, config.problem, settings, config.units)
     timelines = comparison.timelines()
-    base = baseline(comparison)
+    base = baseline(summary)
+    drawn = ["optimal"] if base is None else [base, "optimal"]
     rows = {row["schedule"]: row for row in summary["schedules"]}
     unit = config.units.time
     objective = comparison.objective
@@ -97,10 +88,10 @@ def solve_model(config: Config, out: Path, png: bool, time_limit: float | None) 
         metrics_frame(summary["schedules"]).to_csv(folder / "metrics.csv", index=False)
         titles = [f"{name}: {objective.replace('_', ' ')} {rows[name][objective]:.4g} {unit}, bubble "
                   f"{100 * rows[name]['bubble']:.1f} %, peak memory {rows[name]['peak_memory']:g} {config.units.memory}"
-                  for name in (base, "optimal")]
-        figure = figures.compare([timelines[base], timelines["optimal"]], titles,
-                         title=f"{config.name}: {base} and the optimizer's schedule",
-                         time_unit=unit, memory_unit=config.units.memory)
+                  for name in drawn]
+        figure = figures.compare([timelines[name] for name in drawn], titles,
+                                 title=f"{config.name}: {' and '.join(drawn)} (the optimizer's schedule)",
+                                 time_unit=unit, memory_unit=config.units.memory)
         save(figure, folder / "schedules", png=png)
         bars = utilization_bars(summary["schedules"], summary["chosen"],
                                 title=f"{config.name}: utilization per schedule (higher is better)")

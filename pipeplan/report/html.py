@@ -1,7 +1,8 @@
 """``report.html``: one self-contained page that shows a ``solve`` result to a person.
 
 The page holds the problem at a glance, the comparison table (the chosen schedule marked), Gantt charts of the
-optimal schedule and of 1F1B, activation memory per device against the budget, and utilization per schedule.
+optimal schedule and of 1F1B (or, where 1F1B does not apply, the best named schedule within the budget),
+activation memory per device against the budget, and utilization per schedule.
 plotly.js is embedded once, so the page works offline and can be mailed or attached as one file.
 
 It is built from a result folder alone (``summary.json`` and ``schedules/*.json``, see
@@ -132,10 +133,11 @@ def _headline(summary: dict[str, Any], units: Units) -> str:
     budget = summary.get("memory_budget")
     if isinstance(budget, (int, float)):
         text += f" of {_num(budget)}"
-    baseline = rows.get(BASELINE)
-    if baseline is not None and baseline["schedule"] != chosen["schedule"] and baseline[objective] > 0:
-        change = (chosen[objective] - baseline[objective]) / baseline[objective]
-        text += f"; {_pct(-change)} {'faster' if change <= 0 else 'slower'} than 1F1B ({_num(baseline[objective], 6)})"
+    base = rows.get(baseline(summary) or "")
+    if base is not None and base["schedule"] != chosen["schedule"] and base[objective] > 0:
+        change = (chosen[objective] - base[objective]) / base[objective]
+        text += (f"; {_pct(abs(change))} {'faster' if change <= 0 else 'slower'} than "
+                 f"{html.escape(base['schedule'])} ({_num(base[objective], 6)})")
     optimal = rows.get("optimal")
     if optimal is not None and "status" in optimal:
         text += (f". The optimizer's answer is {optimal['status']} (lower bound {_num(optimal['lower_bound'], 6)}, "
@@ -152,9 +154,21 @@ def _figure(fig: go.Figure, div_id: str) -> str:
     return f'<div class="figure">{body}</div>'
 
 
+def baseline(summary: dict[str, Any]) -> str | None:
+    """The named schedule to set beside the optimizer's: 1F1B when it applies, else the named schedule with the
+    best objective within the budget (e.g. ZB-V with two chunks), else None."""
+    named = [row for row in summary["schedules"] if row["schedule"] != "optimal"]
+    if any(row["schedule"] == BASELINE for row in named):
+        return BASELINE
+    feasible = [row for row in named if row["feasible"]]
+    if not feasible:
+        return None
+    return str(min(feasible, key=lambda row: row[summary["objective"]])["schedule"])
+
+
 def _shown(results: Results) -> list[Timeline]:
-    """The schedules drawn in full: the optimizer's, 1F1B when it applies, and the chosen one if neither."""
-    names = ["optimal", BASELINE, results.summary["chosen"]]
+    """The schedules drawn in full: the optimizer's, the baseline (1F1B when it applies), and the chosen one."""
+    names = ["optimal", baseline(results.summary), results.summary["chosen"]]
     picked = list(dict.fromkeys(name for name in names if name in results.timelines))
     return [results.timelines[name] for name in picked]
 
