@@ -32,7 +32,7 @@ from pipeplan import (
     schedule_names,
     simulate,
 )
-from pipeplan.solver import FEASIBLE, OPTIMAL, InfeasibleBudget, SolveResult, solve
+from pipeplan.solver import FEASIBLE, OPTIMAL, InfeasibleBudget, Progress, SolveResult, solve
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "models" / "seed-8x64.yaml"
@@ -407,6 +407,40 @@ def test_one_worker_and_a_fixed_seed_reproduce_the_answer() -> None:
     assert runs[0].schedule.orders == runs[1].schedule.orders
     assert runs[0].timeline.start == runs[1].timeline.start
     assert runs[0].solver_times == runs[1].solver_times
+
+
+def test_progress_reports_best_objective_and_bound_in_the_config_unit() -> None:
+    problem = Problem(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=16))
+    reports: list[Progress] = []
+    result = solve(problem, objective="stage_span", time_limit_s=5, num_workers=2, progress=reports.append)
+    assert result.source == "cp-sat"
+    assert reports, "CP-SAT improved on the warm start, so it reported at least that solution"
+    elapsed = [r.elapsed_s for r in reports]
+    assert elapsed == sorted(elapsed) and elapsed[0] >= 0 and elapsed[-1] <= result.solve_time_s
+    objectives = [r.objective for r in reports if r.objective is not None]
+    bounds = [r.bound for r in reports if r.bound is not None]
+    assert objectives and bounds
+    assert all(value >= result.objective - EPS for value in objectives)
+    assert min(objectives) == pytest.approx(result.objective)
+    assert objectives[0] <= result.best_heuristic_objective + EPS  # the hint, or better
+    assert all(bound <= result.objective + EPS for bound in bounds)
+
+
+def test_hints_are_warm_starts_and_unfit_ones_are_skipped() -> None:
+    roomy = Problem(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=16))
+    first = solve(roomy, objective="stage_span", time_limit_s=5, num_workers=2)
+    assert first.status == OPTIMAL and first.objective < first.best_heuristic_objective - EPS
+    # Given back as a hint, the optimum is found again without search time.
+    again = solve(roomy, objective="stage_span", time_limit_s=0.01, num_workers=1, hints=[first.schedule])
+    assert again.heuristics[first.schedule.name] == pytest.approx(first.objective)
+    assert again.objective == pytest.approx(first.objective)
+    check_result(roomy, again, "stage_span")
+    # Over a smaller budget the same hint does not fit, and a hint for another pipeline does not apply at all.
+    tight = Problem(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=8))
+    foreign = solve(Problem(**FAMILY_4X8), time_limit_s=2, num_workers=1).schedule
+    result = solve(tight, objective="stage_span", time_limit_s=2, num_workers=2, hints=[first.schedule, foreign])
+    assert first.schedule.name not in result.heuristics
+    check_result(tight, result, "stage_span")
 
 
 def test_budget_below_one_microbatch_on_all_chunks_raises_with_the_smallest_budget() -> None:
