@@ -87,18 +87,20 @@ class SolveResult:
     solver_objective: float | None = None
     """CP-SAT's own objective value (config's unit) when the order came from CP-SAT, else None."""
     solver_times: dict[Op, tuple[float, float]] | None = None
-    """CP-SAT's (start, end) of every op (config's unit) when the order came from CP-SAT; the replay starts each
-    op no later, and reaches the same objective when the solve is optimal."""
+    """CP-SAT's (start, end) of every op (config's unit) when the order came from CP-SAT and the costs are whole
+    ticks (else CP-SAT solved a rounded-down relaxation and its times are not the problem's); the replay starts
+    each op no later, and reaches the same objective when the solve is optimal."""
 
 
 # ---------------------------------------------------------------------------------------------- data
 
 
 def _scale_for(values: Sequence[float]) -> tuple[int, bool]:
-    """The smallest power of ten that makes every value a whole number, and whether that was exact."""
+    """The smallest power of ten that makes every value a whole number of ticks (within 1e-6 of a tick), and
+    whether one up to 10**6 does."""
     for exponent in range(_MAX_SCALE_EXPONENT + 1):
         scale = 10**exponent
-        if all(abs(v * scale - round(v * scale)) <= 1e-6 * max(1.0, abs(v * scale)) for v in values):
+        if all(abs(v * scale - round(v * scale)) <= 1e-6 for v in values):
             return scale, True
     return 10**_MAX_SCALE_EXPONENT, False
 
@@ -108,35 +110,39 @@ def _all_times(problem: Problem) -> list[float]:
             *problem.comm_per_stage]
 
 
-def tick_problem(problem: Problem) -> tuple[Problem, int, int]:
-    """The problem in integer ticks of time and memory: (scaled problem, ticks per time unit, per memory unit).
+def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
+    """The problem in integer ticks for CP-SAT: (ticked problem, ticks per time unit, exact).
 
-    CP-SAT needs integers. Times are multiplied by the smallest power of ten (up to 10**6) that makes every
-    cost and latency whole, memory likewise; values that no such power makes whole are rounded (logged), and
-    the final replay in the original units stays the truth.
+    Times are multiplied by the smallest power of ten (up to 10**6) that makes every cost and latency whole,
+    memory likewise. When no such power exists the ticked problem is a relaxation of the real one: durations
+    and memory demands are rounded down and budgets up, so every real schedule stays feasible there and its
+    lower bounds stay valid; the real problem's replay decides feasibility and values either way.
     """
-    times = _all_times(problem)
-    memory = [*problem.activation_per_stage, *problem.weight_activation_per_stage, *(problem.budget_per_device or ())]
-    time_scale, exact_time = _scale_for(times)
-    memory_scale, exact_memory = _scale_for(memory)
-    if not (exact_time and exact_memory):
-        log.warning("costs or memory are not whole at a resolution of 1e-6; CP-SAT works on rounded values")
-
-    def ticks(values: Sequence[float], scale: int) -> list[float]:
-        return [float(round(v * scale)) for v in values]
-
+    time_scale, exact_time = _scale_for(_all_times(problem))
+    act = problem.activation_per_stage
+    wact = problem.weight_activation_per_stage
     budget = problem.budget_per_device
-    scaled = replace(
+    memory_scale, exact_memory = _scale_for([*act, *wact, *(budget or ())])
+    exact = exact_time and exact_memory
+    if not exact:
+        log.warning("costs or memory are not whole ticks at 1e-6; CP-SAT solves a rounded-down relaxation")
+
+    def down(values: Sequence[float], scale: int) -> list[float]:
+        return [float(math.floor(v * scale + 1e-6)) for v in values]
+
+    held_after_b = down([a - w for a, w in zip(act, wact)], memory_scale)
+    held_until_w = down(wact, memory_scale)
+    ticked = replace(
         problem,
-        forward=ticks(problem.forward_per_stage, time_scale),
-        backward=ticks(problem.backward_per_stage, time_scale),
-        backward_weight=ticks(problem.backward_weight_per_stage, time_scale),
-        comm=ticks(problem.comm_per_stage, time_scale),
-        activation=ticks(problem.activation_per_stage, memory_scale),
-        weight_activation=ticks(problem.weight_activation_per_stage, memory_scale),
-        budget=None if budget is None else [float(math.floor(b * memory_scale + 1e-6)) for b in budget],
+        forward=down(problem.forward_per_stage, time_scale),
+        backward=down(problem.backward_per_stage, time_scale),
+        backward_weight=down(problem.backward_weight_per_stage, time_scale),
+        comm=down(problem.comm_per_stage, time_scale),
+        activation=[b + w for b, w in zip(held_after_b, held_until_w)],
+        weight_activation=held_until_w,
+        budget=None if budget is None else [float(math.ceil(b * memory_scale - 1e-6)) for b in budget],
     )
-    return scaled, time_scale, memory_scale
+    return ticked, time_scale, exact
 
 
 def objective_of(metrics: Metrics, objective: str) -> float:
@@ -519,11 +525,11 @@ def solve(
             f"{max(need):g}"
         )
 
-    ticked, time_scale, _ = tick_problem(problem)
-    candidates = warm_starts(ticked, objective)
+    ticked, time_scale, exact = tick_problem(problem)
+    candidates = warm_starts(problem, objective)
     for hint in hints:
         try:
-            metrics = compute_metrics(simulate(ticked, hint))
+            metrics = compute_metrics(simulate(problem, hint))
         except ScheduleError as exc:
             log.warning("hint %s skipped: %s", hint.name, exc)
             continue
@@ -535,27 +541,28 @@ def solve(
             f"no schedule fits memory.budget; raise it to at least {max(need):g} (one microbatch in flight)"
         )
     best = candidates[0]
-    hint_timeline = simulate(ticked, best.schedule)
-    horizon = int(round(best.metrics.makespan if objective == "makespan" else 2 * best.objective))
+    hint_ticks = compute_metrics(simulate(ticked, best.schedule))
+    horizon = int(round(hint_ticks.makespan if objective == "makespan" else 2 * objective_of(hint_ticks, objective)))
     # Makespan: no better schedule ends later than the best warm start. Stage span: with every device's
     # first forward pinned, every op depends on F(0, 0) and every device's last B precedes B(0, N-1), which
     # ends within one span S of time 0; so each device starts by S and ends by 2S, S <= the warm start's.
 
-    bound_ticks = stage_span_lower_bound(ticked) if objective == "stage_span" else makespan_lower_bound(ticked)
-    if best.objective <= bound_ticks + _EPS:
+    bound = (stage_span_lower_bound(ticked) if objective == "stage_span" else makespan_lower_bound(ticked))
+    bound /= time_scale
+    if best.objective <= bound * (1 + _EPS):
         log.info("warm start %s meets the lower bound: optimal without search", best.schedule.name)
-        return _result(problem, objective, best.schedule, best.schedule.name, bound_ticks, time_scale, started,
+        return _result(problem, objective, best.schedule, best.schedule.name, bound, time_scale, started,
                        best, candidates)
 
     model = _Model(ticked, objective, horizon)
-    model.add_hint(hint_timeline)
+    model.add_hint(simulate(ticked, best.schedule))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = int(num_workers or 0)
     solver.parameters.random_seed = int(random_seed)
     if progress is not None:
-        solver.best_bound_callback = lambda bound: progress(
-            Progress(time.monotonic() - started, None, bound / time_scale)
+        solver.best_bound_callback = lambda value: progress(
+            Progress(time.monotonic() - started, None, value / time_scale)
         )
     status = solver.solve(model.model, _Progress(progress, time_scale, started))
     log.info("CP-SAT status %s in %.2f s", solver.status_name(status), solver.wall_time)
@@ -564,19 +571,20 @@ def solve(
     chosen = best.schedule
     raw: tuple[float, dict[Op, tuple[float, float]]] | None = None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        bound_ticks = max(bound_ticks, solver.best_objective_bound)
+        bound = max(bound, solver.best_objective_bound / time_scale)
         solved = _read_order(model, solver, "optimal")
-        solved_metrics = compute_metrics(simulate(ticked, solved))
-        if solved_metrics.feasible and objective_of(solved_metrics, objective) <= best.objective + _EPS:
+        solved_metrics = compute_metrics(simulate(problem, solved))
+        if solved_metrics.feasible and objective_of(solved_metrics, objective) <= best.objective * (1 + _EPS):
             chosen, source = solved, "cp-sat"
-            times = {op: (solver.value(t.start) / time_scale, (solver.value(t.start) + t.duration) / time_scale)
-                     for op, t in model.tasks.items()}
-            raw = (solver.objective_value / time_scale, times)
+            if exact:
+                times = {op: (solver.value(t.start) / time_scale, (solver.value(t.start) + t.duration) / time_scale)
+                         for op, t in model.tasks.items()}
+                raw = (solver.objective_value / time_scale, times)
         else:
-            log.warning("the solver's schedule replays worse than warm start %s; returning that", best.schedule.name)
+            log.info("the solver's order replays no better than warm start %s; returning that", best.schedule.name)
     elif status == cp_model.INFEASIBLE:
         log.warning("CP-SAT reports the tick model infeasible; returning the best warm start")
-    return _result(problem, objective, chosen, source, bound_ticks, time_scale, started, best, candidates, raw)
+    return _result(problem, objective, chosen, source, bound, time_scale, started, best, candidates, raw)
 
 
 def _result(
@@ -584,7 +592,7 @@ def _result(
     objective: str,
     chosen: Schedule,
     source: str,
-    bound_ticks: float,
+    bound: float,
     time_scale: int,
     started: float,
     best: _Candidate,
@@ -596,11 +604,9 @@ def _result(
     timeline = simulate(problem, final)
     metrics = compute_metrics(timeline)
     value = objective_of(metrics, objective)
-    # The bound is proven for the tick model; it can exceed the replay only through rounded costs.
-    assert bound_ticks / time_scale <= value * (1 + 1e-6) + 1e-6 or not _scale_for(_all_times(problem))[1], (
-        f"lower bound {bound_ticks / time_scale} above a feasible schedule's {value}"
-    )
-    lower = min(value, bound_ticks / time_scale)
+    # The bound is proven (the tick model is the problem itself or a relaxation of it): never above a schedule.
+    assert bound <= value * (1 + 1e-9) + 1e-9, f"lower bound {bound} above a feasible schedule's {value}"
+    lower = min(value, bound)
     gap = max(0.0, (value - lower) / value) if value > 0 else 0.0
     return SolveResult(
         status=OPTIMAL if gap <= 1e-9 else FEASIBLE,
@@ -614,9 +620,9 @@ def _result(
         metrics=metrics,
         source=source,
         best_heuristic=best.schedule.name,
-        best_heuristic_objective=best.objective / time_scale,
+        best_heuristic_objective=best.objective,
         ticks_per_unit=time_scale,
-        heuristics={c.schedule.name: c.objective / time_scale for c in candidates},
+        heuristics={c.schedule.name: c.objective for c in candidates},
         solver_objective=None if raw is None else raw[0],
         solver_times=None if raw is None else raw[1],
     )
