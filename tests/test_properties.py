@@ -117,7 +117,7 @@ def test_planner_chooses_a_feasible_lowest_bubble_candidate(fields: dict[str, An
     assert chosen in result["candidates"]
     assert all(chosen["bubble"] <= c["bubble"] + 1e-9 for c in result["candidates"] if c["fits"])
     # The chosen entry replays: rebuild it and check it independently.
-    problem = Problem(**fields)
+    problem = Problem(**{**fields, "num_chunks": chosen["num_chunks"], "placement": chosen["placement"]})
     if chosen["schedule"] == "gpipe":
         schedule = gpipe_with_flush_size(problem, chosen["microbatches_per_flush"])
     else:
