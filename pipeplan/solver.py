@@ -172,8 +172,9 @@ class _Candidate:
     named: bool
 
 
-def warm_starts(problem: Problem, objective: str) -> list[_Candidate]:
-    """Every feasible heuristic schedule, replayed on ``problem``, best objective first (named ones win ties)."""
+def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()) -> list[_Candidate]:
+    """Every feasible heuristic schedule (and every feasible ``extra`` one), replayed on ``problem``, best
+    objective first; named schedules win ties."""
     found: list[tuple[Schedule, bool]] = []
     for name in schedules.names():
         try:
@@ -182,6 +183,7 @@ def warm_starts(problem: Problem, objective: str) -> list[_Candidate]:
             log.debug("warm start %s not applicable: %s", name, exc)
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
     found.extend((schedule, False) for schedule in greedy_schedules(problem))
+    found.extend((schedule, False) for schedule in extra)
     candidates = []
     for schedule, named in found:
         try:
@@ -526,16 +528,7 @@ def solve(
         )
 
     ticked, time_scale, exact = tick_problem(problem)
-    candidates = warm_starts(problem, objective)
-    for hint in hints:
-        try:
-            metrics = compute_metrics(simulate(problem, hint))
-        except ScheduleError as exc:
-            log.warning("hint %s skipped: %s", hint.name, exc)
-            continue
-        if metrics.feasible:
-            candidates.append(_Candidate(hint, metrics, objective_of(metrics, objective), False))
-    candidates.sort(key=lambda c: (c.objective, not c.named))
+    candidates = warm_starts(problem, objective, extra=hints)
     if not candidates:
         raise InfeasibleBudget(
             f"no schedule fits memory.budget; raise it to at least {max(need):g} (one microbatch in flight)"
