@@ -218,12 +218,17 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
     opt = comparison.optimal
     console.print(
         f"optimizer: {opt.status} {opt.objective_name} {opt.objective:g} {cfg.units.time}, "
-        f"lower bound {opt.lower_bound:g}, gap {100 * opt.gap:.2f} %, {opt.solve_time_s:.1f} s "
-        f"(order from {opt.source}; best warm start {opt.best_heuristic} at {opt.best_heuristic_objective:g})",
+        f"bound {opt.lower_bound:g} (gap {100 * opt.gap:.2f} %), {opt.solve_time_s:.1f} s; order from "
+        f"{opt.source}, best warm start {opt.best_heuristic} at {opt.best_heuristic_objective:g}",
         soft_wrap=True,
     )
     for name, reason in comparison.skipped.items():
         console.print(f"skipped {name}: {reason}", style="dim", soft_wrap=True)
+    for row in comparison.other_layouts:
+        console.print(
+            f"other layout: {row['schedule']} with num_chunks: {row['num_chunks']}, placement: {row['placement']} "
+            f"reaches {opt.objective_name} {row[opt.objective_name]:g} {cfg.units.time} within the budget; set "
+            "them under pipeline: to optimize that layout", soft_wrap=True)
     if out is not None:
         console.print(f"wrote {out}/summary.json, metrics.csv, schedules/, report.html")
 

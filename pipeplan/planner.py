@@ -140,7 +140,10 @@ class Comparison:
     """Every named schedule and the optimizer's answer on one problem, and the one to run.
 
     ``chosen`` is the feasible schedule with the best objective; a named schedule wins a tie with the optimizer,
-    since frameworks already implement it. ``skipped`` says, per schedule name, why it does not apply.
+    since frameworks already implement it, and among tied named schedules the one with less peak memory, then
+    the simpler one. ``skipped`` says, per schedule name, why it does not apply. ``other_layouts`` lists named
+    schedules that would beat the chosen one within the budget if the model were cut into other chunks
+    (:data:`LAYOUTS`): the optimizer only searches the config's layout, so this says where else to look.
     """
 
     problem: Problem
@@ -149,6 +152,7 @@ class Comparison:
     optimal: SolveResult
     skipped: dict[str, str]
     chosen: str
+    other_layouts: list[dict[str, Any]]
 
     def rows(self) -> list[dict[str, Any]]:
         """One JSON-ready record per schedule: ``simulate``'s fields, plus status, bound and gap for the optimizer."""
@@ -184,6 +188,7 @@ class Comparison:
             "schedules": self.rows(),
             "skipped": self.skipped,
             "chosen": self.chosen,
+            "other_layouts": self.other_layouts,
         }
 
     def timelines(self) -> dict[str, Timeline]:
@@ -226,12 +231,35 @@ def compare(
         hints=hints,
     )
     order = {name: i for i, name in enumerate(schedules.names())}
+    # (objective, is the optimizer, peak memory, simplicity, name) of every feasible schedule.
     feasible = [
-        (objective_of(e.metrics, settings.objective), order[e.schedule.name], e.schedule.name)
+        (objective_of(e.metrics, settings.objective), False, e.metrics.peak_memory, order[e.schedule.name],
+         e.schedule.name)
         for e in named
         if e.metrics.feasible
     ]
-    feasible.append((optimal.objective, len(order), "optimal"))
-    best = min(value for value, _, _ in feasible)
-    chosen = min(entry for entry in feasible if entry[0] <= best * (1 + _TIE) + _TIE)[2]
-    return Comparison(problem, settings.objective, named, optimal, skipped, chosen)
+    feasible.append((optimal.objective, True, optimal.metrics.peak_memory, len(order), "optimal"))
+    best = min(entry[0] for entry in feasible)
+    tied = [entry for entry in feasible if entry[0] <= best * (1 + _TIE) + _TIE]
+    chosen = min(tied, key=lambda entry: entry[1:])[-1]
+    others = better_on_other_layouts(problem, settings.objective, best)
+    return Comparison(problem, settings.objective, named, optimal, skipped, chosen, others)
+
+
+def better_on_other_layouts(problem: Problem, objective: str, value: float) -> list[dict[str, Any]]:
+    """Named schedules on the other layouts of :data:`LAYOUTS` that fit the budget and beat ``value``."""
+    found = []
+    for chunks, placement in LAYOUTS:
+        if (chunks, placement) == (problem.num_chunks, problem.placement):
+            continue
+        try:
+            other = problem.with_layout(chunks, placement)
+        except ConfigError as exc:
+            log.info("layout %s x %s does not fit: %s", chunks, placement, exc)
+            continue
+        for e in evaluate_named(other)[0]:
+            if e.metrics.feasible and objective_of(e.metrics, objective) < value * (1 - _TIE):
+                found.append({"schedule": e.schedule.name, "num_chunks": chunks, "placement": placement,
+                              "makespan": e.metrics.makespan, "stage_span": e.metrics.stage_span,
+                              "peak_memory": e.metrics.peak_memory})
+    return sorted(found, key=lambda row: row[objective])

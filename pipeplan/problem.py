@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 PLACEMENTS: tuple[str, ...] = ("loop", "v")
 
@@ -281,6 +281,30 @@ class Problem:
                 return [(self.op(OpKind.F, s, m), 0.0)]
             return [(self.op(OpKind.B, s + 1, m), self.link_latency(s))]
         return [(self.op(OpKind.B, s, m), 0.0)]
+
+    def with_layout(self, num_chunks: int, placement: str) -> Problem:
+        """The same model cut into ``num_chunks`` chunks per device in ``placement``.
+
+        Each device keeps its whole share (the sum over its chunks of costs and activations; its links keep
+        their latency), split evenly over the new chunks; budgets are per device and stay.
+        """
+        devices = range(self.num_stages)
+
+        def per_device(values: tuple[float, ...]) -> list[float]:
+            return [sum(values[s] for s in self.stages_on_device(d)) for d in devices]
+
+        return replace(
+            self,
+            num_chunks=num_chunks,
+            placement=placement,
+            forward=per_device(self.forward_per_stage),
+            backward=per_device(self.backward_per_stage),
+            backward_weight=per_device(self.backward_weight_per_stage),
+            comm=[self.comm_per_stage[min(self.stages_on_device(d))] for d in devices],
+            activation=per_device(self.activation_per_stage),
+            weight_activation=per_device(self.weight_activation_per_stage),
+            budget=None if self.budget_per_device is None else list(self.budget_per_device),
+        )
 
     def device_work(self, device: int) -> float:
         """Total op time on ``device`` for one step."""

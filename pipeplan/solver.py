@@ -241,6 +241,26 @@ def _tail_fill(problem: Problem, stage: int, in_flight: int) -> float:
     return best
 
 
+def _memory_chain(problem: Problem, stage: int, in_flight: int, window: float) -> float:
+    """A span the budget forces on the device of ``stage`` (one chunk per device): with room for k in flight,
+    F(m + k) cannot start before B(m) ends, and B(m) not before a round trip after F(m) starts.
+
+    (Were B(m) still running or waiting, microbatches m .. m+k-1 would all hold their activation.) If even
+    k weight activations and one activation overflow the budget, F(m + k) also waits for W(m). So F(N-1)
+    starts at least r F + q (trip + B [+ W]) after F(0), with N - 1 = q k + r, and the device still runs its
+    B and W after another trip.
+    """
+    f, b, w = (problem.forward_per_stage[stage], problem.backward_per_stage[stage],
+               problem.backward_weight_per_stage[stage])
+    step = window + b
+    budget = problem.budget_per_device
+    held = in_flight * problem.weight_activation_per_stage[stage] + problem.activation_per_stage[stage]
+    if problem.split_backward and budget is not None and held > budget[problem.device_of(stage)] * (1 + _EPS):
+        step += w
+    q, r = divmod(problem.num_microbatches - 1, in_flight)
+    return r * f + q * step + window + b + w
+
+
 def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
     """Per device, (earliest first start, least span) that every schedule within the budget obeys.
 
@@ -250,7 +270,8 @@ def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
       pipeline; only forwards can run in it (backwards go in microbatch order and W follows its B), at most as
       many as the budget holds, so the rest of it is idle;
     - tail window: from the end of F(d, N-1) to the start of B(d, N-1) lies the same trip less one forward;
-      only the B and W of microbatches still held in memory can fill it (:func:`_tail_fill`).
+      only the B and W of microbatches still held in memory can fill it (:func:`_tail_fill`);
+    - memory chain: a tight budget spaces the forwards a round trip apart (:func:`_memory_chain`).
 
     When the budget cannot hold all N microbatches, B(d, 0) starts before F(d, N-1) and the windows are
     disjoint, so their idle times add; otherwise the larger counts. Valid for the symmetry-broken model, hence
@@ -270,6 +291,7 @@ def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
             idle_head = max(0.0, window - in_flight * problem.forward_per_stage[s])
             idle_tail = max(0.0, window - problem.forward_per_stage[s] - _tail_fill(problem, s, in_flight))
             span += idle_head + idle_tail if n > in_flight else max(idle_head, idle_tail)
+            span = max(span, _memory_chain(problem, s, in_flight, window))
         bounds.append((start, span))
     return bounds
 
@@ -567,14 +589,14 @@ def solve(
         bound = max(bound, solver.best_objective_bound / time_scale)
         solved = _read_order(model, solver, "optimal")
         solved_metrics = compute_metrics(simulate(problem, solved))
-        if solved_metrics.feasible and objective_of(solved_metrics, objective) <= best.objective * (1 + _EPS):
+        if solved_metrics.feasible and objective_of(solved_metrics, objective) < best.objective * (1 - _EPS):
             chosen, source = solved, "cp-sat"
             if exact:
                 times = {op: (solver.value(t.start) / time_scale, (solver.value(t.start) + t.duration) / time_scale)
                          for op, t in model.tasks.items()}
                 raw = (solver.objective_value / time_scale, times)
         else:
-            log.info("the solver's order replays no better than warm start %s; returning that", best.schedule.name)
+            log.info("the solver's order is no better than warm start %s; returning that", best.schedule.name)
     elif status == cp_model.INFEASIBLE:
         log.warning("CP-SAT reports the tick model infeasible; returning the best warm start")
     return _result(problem, objective, chosen, source, bound, time_scale, started, best, candidates, raw)
@@ -600,7 +622,9 @@ def _result(
     # The bound is proven (the tick model is the problem itself or a relaxation of it): never above a schedule.
     assert bound <= value * (1 + 1e-9) + 1e-9, f"lower bound {bound} above a feasible schedule's {value}"
     lower = min(value, bound)
-    gap = max(0.0, (value - lower) / value) if value > 0 else 0.0
+    gap = (value - lower) / value if value > 0 else 0.0
+    if gap <= 1e-9:  # float noise of a proven optimum (e.g. 87.21000000000001 against 87.21)
+        lower, gap = value, 0.0
     return SolveResult(
         status=OPTIMAL if gap <= 1e-9 else FEASIBLE,
         objective_name=objective,

@@ -141,8 +141,8 @@ def test_budget_is_never_silently_exceeded() -> None:
     ("fields", "message"),
     [
         ({"num_chunks": 1}, "num_chunks >= 2"),
-        ({"num_chunks": 2, "placement": "v"}, "placement 'loop'"),
-        ({"num_chunks": 2, "placement": "v", "backward_weight": 1.0}, "placement 'loop'"),
+        ({"num_chunks": 2, "placement": "v"}, "in loop placement"),
+        ({"num_chunks": 2, "placement": "v", "backward_weight": 1.0}, "in loop placement"),
     ],
 )
 def test_not_applicable(fields: dict[str, Any], message: str) -> None:

@@ -124,9 +124,9 @@ def test_budget_is_never_silently_exceeded() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"backward_weight": 1.0}, "placement 'v'"),
-        ({"backward_weight": 1.0, "num_chunks": 2}, "placement 'v'"),
-        ({"backward_weight": 1.0, "num_chunks": 3}, "placement 'v'"),
+        ({"backward_weight": 1.0}, "in V placement"),
+        ({"backward_weight": 1.0, "num_chunks": 2}, "in V placement"),
+        ({"backward_weight": 1.0, "num_chunks": 3}, "in V placement"),
         ({"num_chunks": 2, "placement": "v"}, "split backward"),
     ],
 )

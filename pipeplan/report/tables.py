@@ -39,7 +39,8 @@ def metrics_table(title: str, metrics: dict[str, Any], units: Units, budget: Seq
         ("utilization", _fmt_pct(metrics["utilization"]), ""),
         ("bubble", _fmt_pct(metrics["bubble"]), ""),
         ("peak memory", _fmt_memory(metrics["peak_memory"]), units.memory),
-        ("budget", "unlimited" if budget is None else ", ".join(sorted({f"{b:g}" for b in budget})), units.memory),
+        ("budget", "none" if budget is None else ", ".join(sorted({f"{b:g}" for b in budget})),
+         "" if budget is None else units.memory),
         ("peak per device", " ".join(_fmt_memory(v) for v in metrics["peak_memory_per_device"]), units.memory),
         ("busy per device", " ".join(_fmt_time(v) for v in metrics["busy_per_device"]), units.time),
         ("flushes", str(metrics["flushes"]), ""),
@@ -49,44 +50,49 @@ def metrics_table(title: str, metrics: dict[str, Any], units: Units, budget: Seq
     return table
 
 
+def _budget_text(budget: float | list[float] | None, units: Units) -> str:
+    if budget is None:
+        return "no memory budget"
+    values = f"{budget:g}" if isinstance(budget, (int, float)) else " ".join(f"{b:g}" for b in budget)
+    return f"budget {values} {units.memory}"
+
+
 def comparison_table(summary: dict[str, Any], units: Units) -> Table:
-    """Every schedule of a ``solve`` summary side by side; the chosen one marked and highlighted."""
+    """Every schedule of a ``solve`` summary side by side; the chosen one marked and highlighted.
+
+    Narrow enough for an 80-column terminal: units go in the title, the optimizer's proof in one short cell.
+    """
     objective = summary["objective"]
-    budget = summary["memory_budget"]
-    budget_text = "unlimited" if budget is None else (
-        f"{budget:g}" if isinstance(budget, (int, float)) else " ".join(f"{b:g}" for b in budget)
-    )
+    chunks = summary.get("num_chunks", 1)
     table = Table(
         title=f"{summary['name']}: {summary['num_stages']} stages x {summary['num_microbatches']} microbatches"
-        f"{' x ' + str(summary['num_chunks']) + ' chunks' if summary.get('num_chunks', 1) > 1 else ''}, "
-        f"budget {budget_text} {units.memory}, objective {objective}",
+        f"{f' x {chunks} chunks' if chunks > 1 else ''}, {_budget_text(summary['memory_budget'], units)}\n"
+        f"objective {objective}; times in {units.time}, memory in {units.memory}",
         header_style="bold",
     )
-    table.add_column("schedule")
-    table.add_column(f"makespan ({units.time})", justify="right")
-    table.add_column(f"stage span ({units.time})", justify="right")
+    table.add_column("schedule", no_wrap=True)
+    table.add_column("makespan", justify="right")
+    table.add_column("span", justify="right")
     table.add_column("bubble", justify="right")
-    table.add_column("utilization", justify="right")
-    table.add_column(f"peak memory ({units.memory})", justify="right")
-    table.add_column("fits budget")
-    table.add_column("optimizer", justify="left")
+    table.add_column("peak", justify="right")
+    table.add_column("fits")
+    table.add_column("proof", no_wrap=True)
     for row in summary["schedules"]:
         chosen = row["schedule"] == summary["chosen"]
-        solver = ""
+        proof = ""
         if "status" in row:
-            solver = f"{row['status']}, bound {_fmt_time(row['lower_bound'])}, gap {_fmt_pct(row['gap'])}"
+            proof = "optimal" if row["status"] == "OPTIMAL" else f"gap {_fmt_pct(row['gap'])}"
         table.add_row(
             ("* " if chosen else "  ") + row["schedule"],
             _fmt_time(row["makespan"]),
             _fmt_time(row["stage_span"]),
             _fmt_pct(row["bubble"]),
-            _fmt_pct(row["utilization"]),
             _fmt_memory(row["peak_memory"]),
             "yes" if row["feasible"] else "NO",
-            solver,
+            proof,
             style="bold green" if chosen else (None if row["feasible"] else "dim"),
         )
-    table.caption = f"* chosen: {summary['chosen']} (feasible, best {objective}; ties go to the named schedule)"
+    table.caption = f"* chosen: {summary['chosen']}, the best {objective} within the budget (ties: named first)"
     return table
 
 

@@ -59,8 +59,8 @@ def interleaved_one_f_one_b(problem: Problem) -> Schedule:
     """Interleaved 1F1B over ``num_chunks`` >= 2 chunks per device in loop placement, for any N."""
     if problem.placement != "loop" or problem.num_chunks < 2:
         raise NotApplicable(
-            "interleaved-1f1b needs pipeline.placement 'loop' and num_chunks >= 2, got placement "
-            f"{problem.placement!r} and num_chunks {problem.num_chunks}; use 1f1b for one chunk per device"
+            f"interleaved-1f1b needs num_chunks >= 2 in loop placement (got num_chunks {problem.num_chunks}, "
+            f"placement {problem.placement!r}); set pipeline.num_chunks: 2 and pipeline.placement: loop"
         )
     p, v = problem.num_stages, problem.num_chunks
     table = chunk_table(p, problem.num_microbatches, v)

@@ -33,7 +33,10 @@ def warmup_counts(problem: Problem) -> list[int]:
 def one_f_one_b(problem: Problem) -> Schedule:
     """1F1B with the warm-up of :func:`warmup_counts`; with a split backward each B is followed by its W."""
     if problem.num_chunks != 1:
-        raise NotApplicable("1f1b runs one chunk per device; use interleaved-1f1b for num_chunks > 1")
+        raise NotApplicable(
+            f"1f1b runs one chunk per device (got num_chunks {problem.num_chunks}); with chunks, interleaved-1f1b "
+            "(loop placement) and zb-v (V placement) apply"
+        )
     n = problem.num_microbatches
     orders: list[list[Op]] = []
     for rank, warmup in enumerate(warmup_counts(problem)):

@@ -109,8 +109,9 @@ def zb_v(problem: Problem) -> Schedule:
     """ZB-V: two chunks per device in V placement, split backward; peak P activations, near-zero bubble."""
     if problem.placement != "v" or problem.num_chunks != 2 or not problem.split_backward:
         raise NotApplicable(
-            "zb-v needs pipeline.placement 'v' with num_chunks 2 and a split backward (costs.backward_weight > 0), "
-            f"got placement {problem.placement!r}, num_chunks {problem.num_chunks}, "
-            f"split backward {problem.split_backward}"
+            "zb-v needs num_chunks 2 in V placement and a split backward (got num_chunks "
+            f"{problem.num_chunks}, placement {problem.placement!r}, "
+            f"{'split' if problem.split_backward else 'unsplit'} backward); set pipeline.num_chunks: 2, "
+            "pipeline.placement: v and costs.backward_weight > 0"
         )
     return Schedule.from_lists("zb-v", [rank_order(problem, r) for r in range(problem.num_stages)])

@@ -30,11 +30,12 @@ from pipeplan.schedules import register
 def _check_applicable(problem: Problem, name: str) -> None:
     if not problem.split_backward:
         raise NotApplicable(
-            f"{name} needs a split backward (B and W); set costs.backward_weight > 0, or use 1f1b"
+            f"{name} needs a split backward (B and W); set costs.backward_weight > 0"
         )
     if problem.num_chunks != 1:
         raise NotApplicable(
-            f"{name} runs one chunk per device, got num_chunks {problem.num_chunks}; use zb-v or interleaved-1f1b"
+            f"{name} runs one chunk per device (got num_chunks {problem.num_chunks}); with chunks, "
+            "interleaved-1f1b (loop placement) and zb-v (V placement) apply"
         )
 
 
