@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from pipeplan import ConfigError, NotApplicable, Problem, formulas, generate, plan, schedule_names
+from pipeplan import ConfigError, NotApplicable, Problem, SolverSettings, formulas, generate, plan, schedule_names
+from pipeplan.planner import compare
 
 ENTRY_KEYS = {"schedule", "utilization", "bubble", "makespan", "peak_memory", "fits"}
 
@@ -113,3 +114,32 @@ def test_planner_picks_zb_v_when_it_fits() -> None:
     chosen = result["chosen"]
     assert (chosen["schedule"], chosen["num_chunks"], chosen["placement"]) == ("zb-v", 2, "v")
     assert chosen["fits"] and chosen["peak_memory"] <= 4
+
+
+def test_with_layout_keeps_each_devices_share() -> None:
+    """Cutting a model into chunks and back changes nothing per device; budgets stay per device."""
+    problem = Problem(num_stages=4, num_microbatches=8, forward=[1.1, 1.0, 1.0, 1.4], backward=[1.0, 1.0, 1.0, 1.3],
+                      backward_weight=0.5, comm=0.03, activation=[2, 1, 1, 1], weight_activation=0.35,
+                      budget=[5, 4, 4, 3])
+    v = problem.with_layout(2, "v")
+    assert v.num_model_stages == 8 and v.placement == "v"
+    for d in range(4):
+        stages = v.stages_on_device(d)
+        assert sum(v.forward_per_stage[s] for s in stages) == pytest.approx(problem.forward_per_stage[d])
+        assert sum(v.activation_per_stage[s] for s in stages) == pytest.approx(problem.activation_per_stage[d])
+        assert v.device_work(d) == pytest.approx(problem.device_work(d))
+    assert v.budget_per_device == problem.budget_per_device
+    back = v.with_layout(1, "loop")
+    assert back.forward_per_stage == pytest.approx(problem.forward_per_stage)
+    assert back.comm_per_stage == problem.comm_per_stage
+
+
+def test_compare_points_at_a_better_layout() -> None:
+    """On one chunk per device the optimizer cannot use V placement; the comparison says ZB-V would be faster."""
+    problem = Problem(num_stages=4, num_microbatches=8, forward=1.0, backward=1.0, backward_weight=1.0, budget=4)
+    comparison = compare(problem, SolverSettings(time_limit_s=5, num_workers=1))
+    chosen = min(r["makespan"] for r in comparison.rows() if r["feasible"])
+    others = comparison.summary("t")["other_layouts"]
+    assert others and others[0]["schedule"] == "zb-v" and others[0]["placement"] == "v"
+    assert others[0]["makespan"] < chosen and others[0]["peak_memory"] <= 4
+    assert [r["makespan"] for r in others] == sorted(r["makespan"] for r in others)

@@ -32,6 +32,7 @@ from pipeplan import (
     schedule_names,
     simulate,
 )
+from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.solver import FEASIBLE, OPTIMAL, InfeasibleBudget, Progress, SolveResult, solve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -507,3 +508,17 @@ def test_two_chunks_per_device(fields: dict[str, Any], objective: str) -> None:
     named = named_values(problem, objective)
     if reference in named:
         assert result.objective <= named[reference] + EPS
+
+
+def test_one_activation_of_room_is_proven_optimal_by_the_memory_chain() -> None:
+    """Room for one microbatch (and its W's share overflows with the next): every device runs microbatches one
+    at a time, each a full round trip plus B and W; GPipe with one microbatch per flush does exactly that, and
+    the memory-chain bound proves it without search."""
+    problem = Problem(num_stages=4, num_microbatches=6, forward=[1.0, 1.2, 0.9, 1.4], backward=[1.0, 1.1, 1.3, 1.2],
+                      backward_weight=0.5, comm=0.1, activation=1.0, weight_activation=0.4, budget=1.0)
+    result = solve(problem, time_limit_s=5, num_workers=1)
+    check_result(problem, result, "makespan")
+    gpipe_one = compute_metrics(simulate(problem, gpipe_with_flush_size(problem, 1)))
+    assert result.status == OPTIMAL
+    assert result.objective == pytest.approx(gpipe_one.makespan)
+    assert result.lower_bound == pytest.approx(result.objective)
