@@ -305,7 +305,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     Example:
       pipeplan frontier models/split-8x32.yaml --budgets 8:16:2 --time-limit 10 --out results/frontier
     """
-    cfg = load_config(config)
+    cfg = load_config(config, ignore_budget=True)  # the sweep sets the budget, so the file's may be anything
     sweep = parse_budgets(budgets)
     _refuse_existing(out, force)
     settings = _settings(cfg, time_limit_s=time_limit, objective=objective, num_workers=workers,

@@ -112,8 +112,11 @@ def _section(data: dict[str, Any], name: str, keys: tuple[str, ...] | list[str])
     return value
 
 
-def config_from_dict(data: object, default_name: str = "pipeline") -> Config:
-    """Validate a parsed config (the YAML's top-level mapping) and build a :class:`Config`."""
+def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget: bool = False) -> Config:
+    """Validate a parsed config (the YAML's top-level mapping) and build a :class:`Config`.
+
+    ``ignore_budget`` drops ``memory.budget`` (after checking the section's keys), for a sweep that sets its own.
+    """
     if not isinstance(data, dict):
         raise ConfigError(
             f"the top level must be a mapping with keys {', '.join(_SECTIONS)}, got {type(data).__name__}"
@@ -125,6 +128,8 @@ def config_from_dict(data: object, default_name: str = "pipeline") -> Config:
     for section, keys in _PROBLEM_KEYS.items():
         for key, value in _section(data, section, list(keys)).items():
             kwargs[keys[key]] = value
+    if ignore_budget:
+        kwargs.pop("budget", None)
     for key in _REQUIRED:
         if key not in kwargs:
             raise ConfigError(f"pipeline.{key} is missing; add it under 'pipeline:' (a whole number >= 1)")
@@ -140,8 +145,8 @@ def config_from_dict(data: object, default_name: str = "pipeline") -> Config:
     return Config(name=name, problem=problem, solver=solver, units=Units(**units_raw))
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read and validate the YAML config at ``path``.
+def load_config(path: str | os.PathLike[str], ignore_budget: bool = False) -> Config:
+    """Read and validate the YAML config at ``path`` (without its ``memory.budget`` if ``ignore_budget``).
 
     Raises :class:`ConfigError` (a ``ValueError``) with a message that names the problem and how to fix it.
     """
@@ -164,4 +169,4 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"YAML error: {exc}") from None
     if data is None:
         raise ConfigError("the config file is empty; start from models/seed-8x64.yaml")
-    return config_from_dict(data, default_name=file.stem)
+    return config_from_dict(data, default_name=file.stem, ignore_budget=ignore_budget)

@@ -177,3 +177,16 @@ def test_frontier_command_with_no_workable_budget_exits_2(capsys: pytest.Capture
     assert code == USER_ERROR
     assert "no budget from 0.25 to 0.75 admits a schedule; the smallest that does is 1" in err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_frontier_ignores_a_budget_in_the_config_that_admits_nothing(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The sweep sets the budget, so a config whose own budget is below one activation still sweeps."""
+    config = tmp_path / "small.yaml"
+    config.write_text("pipeline: {num_stages: 3, num_microbatches: 4}\n"
+                      "costs: {forward: 1.0, backward: 2.0}\nmemory: {activation: 2, budget: 1}\n")
+    assert main(["frontier", str(config), "--budgets", "2:6:2", "--time-limit", "2", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "OPTIMAL" in out
+    assert main(["solve", str(config), "--time-limit", "2"]) == 2
+    assert "below one activation" in capsys.readouterr().err
