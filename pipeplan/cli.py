@@ -186,7 +186,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
           random_seed: int | None, fmt: str, out: Path | None, force: bool, quiet: bool, debug: bool) -> None:
     """Find the optimal schedule for CONFIG's budget and compare it with every named schedule.
 
-    Prints every schedule's makespan, stage span, bubble, utilization and peak memory, the optimizer's status,
+    Prints every schedule's makespan, stage span, bubble and peak memory, the optimizer's status,
     bound and gap, and marks the chosen schedule. With --out, DIR/report.html shows it all in a browser.
 
     \b

@@ -199,6 +199,18 @@ def build_report(results: Results) -> str:
     if skipped:
         items = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in skipped.items())
         parts.append(f'<p class="note">Not applicable here:</p><ul class="note">{items}</ul>')
+    others: list[dict[str, Any]] = summary.get("other_layouts") or []
+    if others:
+        objective = summary["objective"]
+        items = "".join(
+            f"<li><b>{html.escape(row['schedule'])}</b> with num_chunks: {row['num_chunks']}, placement: "
+            f"{html.escape(row['placement'])}: {html.escape(objective)} {_num(row[objective], 6)} "
+            f"{html.escape(units.time)}, peak {_num(row['peak_memory'], 6)} {html.escape(units.memory)}</li>"
+            for row in others
+        )
+        parts.append('<p class="note">Faster within the same budget on another layout (the optimizer searched '
+                     f"this config's layout only; set these under pipeline: to optimize that one):</p>"
+                     f'<ul class="note">{items}</ul>')
 
     shown = _shown(results)
     end = 1.01 * max(max(t.end) for t in shown)

@@ -92,7 +92,7 @@ def comparison_table(summary: dict[str, Any], units: Units) -> Table:
             proof,
             style="bold green" if chosen else (None if row["feasible"] else "dim"),
         )
-    table.caption = f"* chosen: {summary['chosen']}, the best {objective} within the budget (ties: named first)"
+    table.caption = f"* chosen: {summary['chosen']} (best {objective} in budget)"
     return table
 
 

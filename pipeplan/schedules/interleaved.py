@@ -60,7 +60,9 @@ def interleaved_one_f_one_b(problem: Problem) -> Schedule:
     if problem.placement != "loop" or problem.num_chunks < 2:
         raise NotApplicable(
             f"interleaved-1f1b needs num_chunks >= 2 in loop placement (got num_chunks {problem.num_chunks}, "
-            f"placement {problem.placement!r}); set pipeline.num_chunks: 2 and pipeline.placement: loop"
+            f"placement {problem.placement!r}); set "
+            + " and ".join(fix for fix, needed in (("pipeline.num_chunks: 2", problem.num_chunks < 2),
+                                                  ("pipeline.placement: loop", problem.placement != "loop")) if needed)
         )
     p, v = problem.num_stages, problem.num_chunks
     table = chunk_table(p, problem.num_microbatches, v)

@@ -111,7 +111,9 @@ def zb_v(problem: Problem) -> Schedule:
         raise NotApplicable(
             "zb-v needs num_chunks 2 in V placement and a split backward (got num_chunks "
             f"{problem.num_chunks}, placement {problem.placement!r}, "
-            f"{'split' if problem.split_backward else 'unsplit'} backward); set pipeline.num_chunks: 2, "
-            "pipeline.placement: v and costs.backward_weight > 0"
+            f"{'split' if problem.split_backward else 'unsplit'} backward); set "
+            + ", ".join(fix for fix, needed in (("pipeline.num_chunks: 2", problem.num_chunks != 2),
+                                               ("pipeline.placement: v", problem.placement != "v"),
+                                               ("costs.backward_weight > 0", not problem.split_backward)) if needed)
         )
     return Schedule.from_lists("zb-v", [rank_order(problem, r) for r in range(problem.num_stages)])
