@@ -22,6 +22,7 @@ from invariants import assert_valid, peak_memory
 from pipeplan import (
     NotApplicable,
     Op,
+    OpKind,
     Problem,
     Schedule,
     ScheduleError,
@@ -377,12 +378,33 @@ def tiny_problems(draw: st.DrawFn) -> Problem:
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiny_problems())
 def test_random_tiny_optimum_equals_exhaustive_search(problem: Problem) -> None:
-    """Bounds, symmetry breaking and the pinned first forwards of stage span never cut off the true optimum."""
+    """Bounds and symmetry breaking never cut off the true optimum (the stage-span model lets devices start late)."""
     best = brute_force(problem)
     for objective in OBJECTIVES:
         result = solve(problem, objective=objective, time_limit_s=5, num_workers=2)
         assert result.lower_bound <= best[objective] + EPS, objective
-        assert result.objective == pytest.approx(best[objective], abs=EPS), objective
+        assert result.objective >= best[objective] - EPS, objective
+        if objective == "makespan" or result.status == OPTIMAL:
+            assert result.objective == pytest.approx(best[objective], abs=EPS), objective
+
+
+def test_stage_span_never_claims_optimal_when_a_late_start_does_better() -> None:
+    """Device 0 opens with microbatch 1, so device 1 (waiting for microbatch 0) starts late and its span
+    shrinks: this order replays to a stage span of 18. The model's relaxation bounds the optimum from below;
+    the answer is never a false OPTIMAL above such an order."""
+    problem = Problem(num_stages=3, num_microbatches=2, forward=[3, 1, 1], backward=[1, 1, 1],
+                      backward_weight=[3, 6, 5])
+    F, B, W = OpKind.F, OpKind.B, OpKind.W
+    witness = Schedule.from_lists("witness", [
+        [problem.op(k, 0, m) for k, m in ((F, 1), (F, 0), (B, 0), (W, 0), (B, 1), (W, 1))],
+        [problem.op(k, 1, m) for k, m in ((F, 0), (F, 1), (B, 0), (B, 1), (W, 1), (W, 0))],
+        [problem.op(k, 2, m) for k, m in ((F, 0), (B, 0), (F, 1), (B, 1), (W, 0), (W, 1))],
+    ])
+    assert compute_metrics(simulate(problem, witness)).stage_span == pytest.approx(18.0)
+    result = solve(problem, objective="stage_span", time_limit_s=5, num_workers=1)
+    check_result(problem, result, "stage_span")
+    assert result.lower_bound <= 18.0 + EPS
+    assert result.status == FEASIBLE or result.objective == pytest.approx(18.0)
 
 
 def test_stage_span_below_makespan_when_the_last_stage_ends_late() -> None:
