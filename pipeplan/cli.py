@@ -22,7 +22,7 @@ from pipeplan.frontier import SweepProgress, frontier
 from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
 from pipeplan.problem import ConfigError
-from pipeplan.report.files import config_record, write_file, write_folder, write_results
+from pipeplan.report.files import check_replaceable, config_record, write_file, write_folder, write_results
 from pipeplan.schedules import generate, names
 from pipeplan.simulate import simulate
 from pipeplan.solver import Progress
@@ -151,8 +151,8 @@ def _settings(cfg: Config, **overrides: Any) -> SolverSettings:
 
 def _refuse_existing(out: Path | None, force: bool) -> None:
     """Fail early, before a long solve, when --out exists and --force was not given."""
-    if out is not None and out.exists() and not force:
-        raise ConfigError(f"output folder {str(out)!r} already exists; pass --force to replace it or pick another")
+    if out is not None:
+        check_replaceable(out, force)
 
 
 def _solver_options(func: F) -> F:

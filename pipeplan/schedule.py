@@ -58,6 +58,11 @@ def check_complete(problem: Problem, schedule: Schedule) -> None:
                 raise ScheduleError(
                     f"schedule {schedule.name!r} has op {op.label}, but this problem has no {op.kind.value} ops"
                 )
+            if op.chunk != problem.chunk_of(op.stage):
+                raise ScheduleError(
+                    f"schedule {schedule.name!r} gives {op.label} chunk {op.chunk}, but stage {op.stage} is chunk "
+                    f"{problem.chunk_of(op.stage)} of its device"
+                )
             if problem.device_of(op.stage) != device:
                 raise ScheduleError(
                     f"schedule {schedule.name!r} runs {op.label} on device {device}, but stage {op.stage} lives "

@@ -132,13 +132,21 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     def down(values: Sequence[float], scale: int) -> list[float]:
         return [float(math.floor(v * scale + 1e-6)) for v in values]
 
+    weights = down(problem.backward_weight_per_stage, time_scale)
+    if problem.split_backward and min(weights) == 0:
+        raise ConfigError(
+            f"costs.backward_weight {min(problem.backward_weight_per_stage):g} is below the solver's resolution "
+            f"(1e-6 of the config's unit next to costs up to {max(_all_times(problem)):g}); express times in a "
+            "smaller unit"
+        )
+
     held_after_b = down([a - w for a, w in zip(act, wact)], memory_scale)
     held_until_w = down(wact, memory_scale)
     ticked = replace(
         problem,
         forward=down(problem.forward_per_stage, time_scale),
         backward=down(problem.backward_per_stage, time_scale),
-        backward_weight=down(problem.backward_weight_per_stage, time_scale),
+        backward_weight=weights,
         comm=down(problem.comm_per_stage, time_scale),
         activation=[b + w for b, w in zip(held_after_b, held_until_w)],
         weight_activation=held_until_w,

@@ -285,10 +285,17 @@ def test_existing_out_is_not_clobbered_without_force(capsys: pytest.CaptureFixtu
         assert f"output folder '{out}' already exists; pass --force" in err
         assert stdout == ""
         assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
+    # --force does not delete a folder pipeplan did not write.
+    code, _, err = run(capsys, "solve", TINY, "--out", str(out), "--time-limit", "2", "--quiet", "--force")
+    assert code == USER_ERROR and "not a pipeplan result folder" in err
+    assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
+    # It replaces an earlier result folder, leaving no staging or trash folder beside it.
+    (out / "mine.txt").unlink()
+    (out / "summary.json").write_text("{}", encoding="utf-8")
     code, _, err = run(capsys, "solve", TINY, "--out", str(out), "--time-limit", "2", "--quiet", "--force")
     assert code == 0, err
-    assert not (out / "mine.txt").exists() and (out / "report.html").exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no staging or trash folder left beside it
+    assert (out / "report.html").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
 
 @pytest.mark.parametrize(("error", "status"), [(OSError("No space left on device"), USER_ERROR),
@@ -315,8 +322,9 @@ def test_a_failed_write_leaves_nothing(
         assert "No space left on device" in err and "Traceback" not in err
     # An existing folder survives a failed --force run untouched.
     out.mkdir()
-    (out / "old.txt").write_text("old run", encoding="utf-8")
+    (out / "summary.json").write_text("{}", encoding="utf-8")  # an earlier result folder
     code, _, _ = run(capsys, "solve", TINY, "--out", str(out), "--time-limit", "2", "--quiet", "--force")
     assert code == status
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
-    assert [p.name for p in out.iterdir()] == ["old.txt"]
+    assert [p.name for p in out.iterdir()] == ["summary.json"]
+    assert (out / "summary.json").read_text(encoding="utf-8") == "{}"

@@ -82,16 +82,36 @@ def _umask() -> int:
     return mask
 
 
+# A folder holding one of these is a pipeplan result folder, which --force may replace.
+RESULT_MARKERS = ("summary.json", "frontier.csv")
+
+
+def check_replaceable(out: Path, force: bool) -> None:
+    """Raise :class:`ConfigError` unless ``out`` is free, or is a pipeplan result folder and ``force`` is set.
+
+    --force never deletes a folder that pipeplan did not write (e.g. ``--out . --force`` or ``--out results``).
+    """
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"output path {str(out)!r} is a file, not a folder; pick another --out")
+    if not force:
+        raise ConfigError(f"output folder {str(out)!r} already exists; pass --force to replace it or pick another")
+    if out.resolve() == Path.cwd().resolve() or not any((out / marker).exists() for marker in RESULT_MARKERS):
+        raise ConfigError(
+            f"output folder {str(out)!r} is not a pipeplan result folder (no {' or '.join(RESULT_MARKERS)}); "
+            "--force only replaces those, pick a new folder"
+        )
+
+
 def write_folder(out: Path, force: bool, fill: Callable[[Path], None]) -> None:
     """Create ``out`` by calling ``fill`` on a temporary folder, then moving it into place.
 
-    Raises :class:`ConfigError` if ``out`` exists and ``force`` is false. Nothing is left behind on error.
+    Raises :class:`ConfigError` if ``out`` exists and may not be replaced (:func:`check_replaceable`).
+    Nothing is left behind on error.
     """
     out = Path(out)
-    if out.exists() and not force:
-        raise ConfigError(f"output folder {str(out)!r} already exists; pass --force to replace it or pick another")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output path {str(out)!r} is a file, not a folder; pick another --out")
+    check_replaceable(out, force)
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
