@@ -104,6 +104,12 @@ def _drop_config(folder: Path) -> None:
     (folder / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
 
 
+def _edit_summary(folder: Path, key: str, value: object) -> None:
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    summary[key] = value
+    (folder / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -113,8 +119,9 @@ def _drop_config(folder: Path) -> None:
         (lambda f: (f / "summary.json").write_text("{", encoding="utf-8"), "summary.json is not valid JSON"),
         (_drop_config, "has no 'config' record"),
         (_tamper_op, "but its order replays to"),
+        (lambda f: _edit_summary(f, "chosen", "nope"), "is a damaged result folder"),
     ],
-    ids=["no-folder", "no-summary", "no-schedule", "bad-json", "no-config", "edited-times"],
+    ids=["no-folder", "no-summary", "no-schedule", "bad-json", "no-config", "edited-times", "edited-chosen"],
 )
 def test_report_of_a_damaged_folder_exits_2(
     capsys: pytest.CaptureFixture[str], folder: Path, tmp_path: Path, damage: object, message: str
