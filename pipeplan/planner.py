@@ -17,7 +17,7 @@ from pipeplan import schedules
 from pipeplan.config import SolverSettings
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError, Problem
-from pipeplan.schedule import NotApplicable, Schedule
+from pipeplan.schedule import Schedule
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.simulate import Timeline, simulate
 from pipeplan.solver import ProgressCallback, SolveResult, objective_of, solve
@@ -42,17 +42,12 @@ def candidate_schedules(problem: Problem) -> list[Schedule]:
     """Every variant the planner considers on one layout: each applicable generator, and with one chunk per
     device GPipe at every flush size."""
     variants: list[Schedule] = []
-    for name in schedules.names():
-        if name == "gpipe":
-            if problem.num_chunks == 1:
-                sizes = gpipe_flush_sizes(problem.num_microbatches)
-                variants.extend(gpipe_with_flush_size(problem, k) for k in sizes)
-            continue
-        try:
-            variants.append(schedules.generate(name, problem))
-        except NotApplicable as exc:
-            log.info("skipping %s: %s", name, exc)
-    return variants
+    if problem.num_chunks == 1:
+        variants.extend(gpipe_with_flush_size(problem, k) for k in gpipe_flush_sizes(problem.num_microbatches))
+    built, reasons = schedules.generate_applicable(problem, skip=("gpipe",))
+    for name, reason in reasons.items():
+        log.info("skipping %s: %s", name, reason)
+    return variants + built
 
 
 def choose(metrics: list[Metrics], chunks: list[int] | None = None) -> int | None:
@@ -201,13 +196,8 @@ class Comparison:
 def evaluate_named(problem: Problem) -> tuple[list[Evaluated], dict[str, str]]:
     """Replay every registered schedule that applies; return them and, keyed by name, why others were skipped."""
     named: list[Evaluated] = []
-    skipped: dict[str, str] = {}
-    for name in schedules.names():
-        try:
-            schedule = schedules.generate(name, problem)
-        except NotApplicable as exc:
-            skipped[name] = str(exc)
-            continue
+    built, skipped = schedules.generate_applicable(problem)
+    for schedule in built:
         timeline = simulate(problem, schedule)
         named.append(Evaluated(schedule, timeline, compute_metrics(timeline)))
     return named, skipped

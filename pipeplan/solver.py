@@ -30,7 +30,7 @@ from pipeplan import schedules
 from pipeplan.config import OBJECTIVES
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError, Op, OpKind, Problem
-from pipeplan.schedule import NotApplicable, Schedule, ScheduleError
+from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.schedules.greedy import greedy_schedules
 from pipeplan.simulate import Timeline, simulate
@@ -185,12 +185,7 @@ class _Candidate:
 def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()) -> list[_Candidate]:
     """Every feasible heuristic schedule (and every feasible ``extra`` one), replayed on ``problem``, best
     objective first; named schedules win ties."""
-    found: list[tuple[Schedule, bool]] = []
-    for name in schedules.names():
-        try:
-            found.append((schedules.generate(name, problem), True))
-        except NotApplicable as exc:
-            log.debug("warm start %s not applicable: %s", name, exc)
+    found: list[tuple[Schedule, bool]] = [(s, True) for s in schedules.generate_applicable(problem)[0]]
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
     found.extend((schedule, False) for schedule in greedy_schedules(problem))
     found.extend((schedule, False) for schedule in extra)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pipeplan.problem import ConfigError, Problem
-from pipeplan.schedule import Schedule
+from pipeplan.schedule import NotApplicable, Schedule
 
 Generator = Callable[[Problem], Schedule]
 
@@ -45,6 +45,21 @@ def get(name: str) -> Generator:
 def generate(name: str, problem: Problem) -> Schedule:
     """Build the schedule called ``name`` for ``problem``."""
     return get(name)(problem)
+
+
+def generate_applicable(problem: Problem, skip: tuple[str, ...] = ()) -> tuple[list[Schedule], dict[str, str]]:
+    """Every registered schedule that applies to ``problem`` (but those in ``skip``), simplest first, and,
+    keyed by name, why each of the others does not apply."""
+    built: list[Schedule] = []
+    reasons: dict[str, str] = {}
+    for name, generator in REGISTRY.items():
+        if name in skip:
+            continue
+        try:
+            built.append(generator(problem))
+        except NotApplicable as exc:
+            reasons[name] = str(exc)
+    return built, reasons
 
 
 # Importing the modules registers their generators, in order of simplicity.
