@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid
+from strategies import uneven_stage_values
 
 from pipeplan import Metrics, NotApplicable, Problem, Timeline, compute_metrics, generate, simulate
 from pipeplan.formulas import (
@@ -152,10 +153,6 @@ def test_not_applicable(fields: dict[str, Any], message: str) -> None:
 
 # Property tests: random uneven stages (per device or per model stage), comm, split or not, budgets.
 
-times = st.integers(min_value=1, max_value=24).map(lambda x: x / 8)
-comms = st.integers(min_value=0, max_value=6).map(lambda x: x / 8)
-
-
 @st.composite
 def uneven_problems(draw: st.DrawFn) -> Problem:
     p = draw(st.integers(min_value=1, max_value=5))
@@ -163,24 +160,10 @@ def uneven_problems(draw: st.DrawFn) -> Problem:
     n = draw(st.integers(min_value=1, max_value=12))
     size = draw(st.sampled_from([p, p * v]))  # per device (split over chunks) or per model stage
     split = draw(st.booleans())
-    if draw(st.booleans()):
-        forward = draw(st.lists(times, min_size=size, max_size=size))
-        backward = draw(st.lists(times, min_size=size, max_size=size))
-        weight = draw(st.lists(times, min_size=size, max_size=size))
-    else:  # embedding on the first stage, LM head and loss on the last
-        forward, backward, weight = [1.0] * size, [1.0] * size, [1.0] * size
-        forward[0] *= 1.1
-        forward[-1] *= 1.4
-        backward[-1] *= 1.3
-    activation = draw(st.lists(st.integers(min_value=1, max_value=4), min_size=size, max_size=size))
-    shares = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=size, max_size=size))
-    budget = draw(st.one_of(st.none(), st.integers(min_value=max(activation), max_value=3 * p * 4)))
-    return Problem(
-        p, n, forward=forward, backward=backward, backward_weight=weight if split else 0.0,
-        comm=draw(st.one_of(comms, st.lists(comms, min_size=size, max_size=size))),
-        activation=activation, weight_activation=[a * s / 4 for a, s in zip(activation, shares)] if split else 0.0,
-        budget=budget, num_chunks=v,
-    )
+    values = draw(uneven_stage_values(size, p))
+    if not split:
+        values.update(backward_weight=0.0, weight_activation=0.0)
+    return Problem(p, n, num_chunks=v, **values)
 
 
 @SETTINGS

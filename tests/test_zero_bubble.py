@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid
+from strategies import uneven_stage_values
 
 from pipeplan import Metrics, NotApplicable, Problem, Timeline, compute_metrics, generate, simulate
 from pipeplan.formulas import zb_h1_peak, zb_h1_stage_span, zb_h2_peak, zb_h2_stage_span
@@ -158,31 +159,11 @@ def test_not_applicable_without_split_backward_or_with_chunks(name: str) -> None
 
 # Property tests: random uneven stages (lists, or the embedding / LM-head shape), random comm and budgets.
 
-times = st.integers(min_value=1, max_value=24).map(lambda x: x / 8)
-comms = st.integers(min_value=0, max_value=6).map(lambda x: x / 8)
-
-
 @st.composite
 def uneven_problems(draw: st.DrawFn) -> Problem:
     p = draw(st.integers(min_value=1, max_value=6))
     n = draw(st.integers(min_value=1, max_value=14))
-    if draw(st.booleans()):
-        forward = draw(st.lists(times, min_size=p, max_size=p))
-        backward = draw(st.lists(times, min_size=p, max_size=p))
-        weight = draw(st.lists(times, min_size=p, max_size=p))
-    else:  # embedding on the first stage, LM head and loss on the last
-        forward, backward, weight = [1.0] * p, [1.0] * p, [1.0] * p
-        forward[0] *= 1.1
-        forward[-1] *= 1.4
-        backward[-1] *= 1.3
-    activation = draw(st.lists(st.integers(min_value=1, max_value=4), min_size=p, max_size=p))
-    shares = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=p, max_size=p))
-    budget = draw(st.one_of(st.none(), st.integers(min_value=max(activation), max_value=3 * p * 4)))
-    return Problem(
-        p, n, forward=forward, backward=backward, backward_weight=weight,
-        comm=draw(st.one_of(comms, st.lists(comms, min_size=p, max_size=p))),
-        activation=activation, weight_activation=[a * s / 4 for a, s in zip(activation, shares)], budget=budget,
-    )
+    return Problem(p, n, **draw(uneven_stage_values(p, p)))
 
 
 @SETTINGS
