@@ -187,6 +187,28 @@ class Problem:
                         "no forward could ever run; raise memory.budget to at least that"
                     )
 
+    @classmethod
+    def build(
+        cls,
+        num_stages: int,
+        num_microbatches: int,
+        forward: PerStage = 1.0,
+        backward: PerStage = 2.0,
+        backward_weight: PerStage = 0.0,
+        comm: PerStage = 0.0,
+        activation: PerStage = 1.0,
+        weight_activation: PerStage = 0.0,
+        budget: PerStage | None = None,
+        num_chunks: int = 1,
+        placement: str = "loop",
+    ) -> Problem:
+        """Build a validated problem from user input (numbers or per-device / per-stage lists, see the class)."""
+        return cls(
+            num_stages=num_stages, num_microbatches=num_microbatches, forward=forward, backward=backward,
+            backward_weight=backward_weight, comm=comm, activation=activation, weight_activation=weight_activation,
+            budget=budget, num_chunks=num_chunks, placement=placement,
+        )
+
     # Typed views of the normalised fields (one value per model stage, or per device for the budget).
 
     @property
