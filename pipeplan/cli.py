@@ -81,7 +81,7 @@ def simulate_cmd(config: str, schedule_name: str, fmt: str, debug: bool) -> None
         return
     from pipeplan.report.tables import metrics_table
 
-    _console().print(metrics_table(f"{cfg.name}: {schedule_name}", metrics, cfg.units, cfg.problem.budget_per_device))
+    _console().print(metrics_table(f"{cfg.name}: {schedule_name}", metrics, cfg.units, cfg.problem.budget))
 
 
 simulate_cmd.name = "simulate"

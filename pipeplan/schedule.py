@@ -45,9 +45,9 @@ class Schedule:
 
 def check_complete(problem: Problem, schedule: Schedule) -> None:
     """Raise :class:`ScheduleError` unless every op of ``problem`` appears exactly once, on its own device."""
-    if len(schedule.orders) != problem.num_stages:
+    if len(schedule.orders) != problem.num_devices:
         raise ScheduleError(
-            f"schedule {schedule.name!r} has {len(schedule.orders)} device orders, expected {problem.num_stages}"
+            f"schedule {schedule.name!r} has {len(schedule.orders)} device orders, expected {problem.num_devices}"
         )
     valid_kinds = set(problem.kinds)
     for device, order in enumerate(schedule.orders):

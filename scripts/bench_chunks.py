@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from bench_solver import family_problem
@@ -41,7 +40,7 @@ def main() -> None:
             for n in (2 * p, 4 * p):
                 for budget in (p, 2 * p):
                     for placement, name in NAMED.items():
-                        problem = replace(family_problem(p, n, budget), num_chunks=2, placement=placement)
+                        problem = family_problem(p, n, budget).with_layout(2, placement)
                         try:
                             named = compute_metrics(simulate(problem, generate(name, problem)))
                         except NotApplicable:

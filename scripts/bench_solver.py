@@ -55,7 +55,7 @@ class Case:
 def family_problem(p: int, n: int, budget: float, forward: float | list[float] = 1.0,
                    backward: float | list[float] = 1.0) -> Problem:
     """The split-backward family: F:B:W = 1 : 1 : 0.5, comm 3 % of F, weight_activation 0.35 of activation."""
-    return Problem(num_stages=p, num_microbatches=n, forward=forward, backward=backward, backward_weight=0.5,
+    return Problem.build(num_stages=p, num_microbatches=n, forward=forward, backward=backward, backward_weight=0.5,
                    comm=0.03, activation=1.0, weight_activation=0.35, budget=budget)
 
 
@@ -108,10 +108,10 @@ def run_case(case: Case, time_limit_s: float, num_workers: int | None) -> dict[s
     best_named_value = named[best_named] if named else float("inf")
     result = solve(problem, objective=case.objective, time_limit_s=time_limit_s, num_workers=num_workers,
                    random_seed=0)
-    budget = problem.budget_per_device
+    budget = problem.budget
     return {
         "case": case.name,
-        "P": problem.num_stages,
+        "P": problem.num_devices,
         "N": problem.num_microbatches,
         "budget": "" if budget is None else f"{max(budget):g}",
         "objective": case.objective,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-from dataclasses import replace
 from pathlib import Path
 
 from bench_solver import family_problem
@@ -56,7 +55,7 @@ def main() -> None:
                 base = family_problem(p, n, budget)
                 row: dict[str, object] = {"P": p, "N": n, "budget": budget}
                 for name, chunks, placement in NAMED:
-                    problem = replace(base, num_chunks=chunks, placement=placement)
+                    problem = base.with_layout(chunks, placement)
                     try:
                         m = compute_metrics(simulate(problem, generate(name, problem)))
                     except NotApplicable:

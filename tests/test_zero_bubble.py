@@ -31,7 +31,7 @@ def replay(problem: Problem, name: str) -> tuple[Timeline, Metrics]:
 
 def uniform(p: int, n: int, costs: tuple[float, float, float], comm: float = 0.0, **extra: Any) -> Problem:
     f, b, w = costs
-    return Problem(p, n, forward=f, backward=b, backward_weight=w, comm=comm, weight_activation=0.5, **extra)
+    return Problem.build(p, n, forward=f, backward=b, backward_weight=w, comm=comm, weight_activation=0.5, **extra)
 
 
 # Closed forms. They hold in the paper's regime, W <= min(F, B) and 2C <= W, for N > P (ZB-H1) and N >= 2P - 1
@@ -130,7 +130,7 @@ ZB_H2_TRACE = [
 
 @pytest.mark.parametrize(("name", "expected"), [("zb-h1", ZB_H1_TRACE), ("zb-h2", ZB_H2_TRACE)])
 def test_full_trace_p2_n3(name: str, expected: list[list[tuple[str, int, float, float]]]) -> None:
-    problem = Problem(2, 3, forward=1, backward=2, backward_weight=1)
+    problem = Problem.build(2, 3, forward=1, backward=2, backward_weight=1)
     timeline, _ = replay(problem, name)
     trace: list[list[tuple[str, int, float, float]]] = [[], []]
     for op, device, start, end in zip(timeline.ops, timeline.device, timeline.start, timeline.end):
@@ -150,11 +150,11 @@ def test_budget_is_never_silently_exceeded() -> None:
 @pytest.mark.parametrize("name", ["zb-h1", "zb-h2"])
 def test_not_applicable_without_split_backward_or_with_chunks(name: str) -> None:
     with pytest.raises(NotApplicable, match="split backward"):
-        generate(name, Problem(3, 6, forward=1, backward=2))
+        generate(name, Problem.build(3, 6, forward=1, backward=2))
     with pytest.raises(NotApplicable, match="one chunk per device"):
-        generate(name, Problem(3, 6, backward_weight=1, num_chunks=2))
+        generate(name, Problem.build(3, 6, backward_weight=1, num_chunks=2))
     with pytest.raises(NotApplicable, match="one chunk per device"):
-        generate(name, Problem(3, 6, backward_weight=1, num_chunks=2, placement="v"))
+        generate(name, Problem.build(3, 6, backward_weight=1, num_chunks=2, placement="v"))
 
 
 # Property tests: random uneven stages (lists, or the embedding / LM-head shape), random comm and budgets.
@@ -163,23 +163,23 @@ def test_not_applicable_without_split_backward_or_with_chunks(name: str) -> None
 def uneven_problems(draw: st.DrawFn) -> Problem:
     p = draw(st.integers(min_value=1, max_value=6))
     n = draw(st.integers(min_value=1, max_value=14))
-    return Problem(p, n, **draw(uneven_stage_values(p, p)))
+    return Problem.build(p, n, **draw(uneven_stage_values(p, p)))
 
 
 @SETTINGS
 @given(problem=uneven_problems(), name=st.sampled_from(["zb-h1", "zb-h2"]))
 def test_property_valid_and_within_budget_when_feasible(problem: Problem, name: str) -> None:
     _, metrics = replay(problem, name)  # assert_valid checks the budget whenever feasible is reported
-    if problem.budget_per_device is None:
+    if problem.budget is None:
         assert metrics.feasible
     else:  # infeasible is reported exactly when some device goes over
-        over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget_per_device)]
+        over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget)]
         assert metrics.feasible == (not any(over))
     # The peak never exceeds the construction's bound: P (ZB-H1) or 2P - 1 (ZB-H2) of the device's activation.
-    p, n = problem.num_stages, problem.num_microbatches
+    p, n = problem.num_devices, problem.num_microbatches
     bound = zb_h1_peak(p, n) if name == "zb-h1" else zb_h2_peak(p, n)
     for device, peak in enumerate(metrics.peak_memory_per_device):
-        assert peak <= bound * problem.activation_per_stage[device] + 1e-9
+        assert peak <= bound * problem.activation[device] + 1e-9
 
 
 @SETTINGS
@@ -188,7 +188,7 @@ def test_property_valid_and_within_budget_when_feasible(problem: Problem, name: 
                                                                       (2, "v", True)]))
 def test_property_not_applicable_exactly_when_expected(p: int, n: int, chunks: tuple[int, str, bool]) -> None:
     num_chunks, placement, split = chunks
-    problem = Problem(p, n, backward_weight=1 if split else 0, num_chunks=num_chunks, placement=placement)
+    problem = Problem.build(p, n, backward_weight=1 if split else 0, num_chunks=num_chunks, placement=placement)
     for name in ("zb-h1", "zb-h2"):
         if num_chunks == 1 and split:
             replay(problem, name)

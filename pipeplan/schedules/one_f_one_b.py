@@ -18,8 +18,8 @@ def warmup_counts(problem: Problem) -> list[int]:
     microbatch, which rank r only sends before its own first backward if it warmed up at least as far.
     """
     counts: list[int] = []
-    for rank in range(problem.num_stages):
-        count = min(problem.num_stages - rank - 1, problem.num_microbatches)
+    for rank in range(problem.num_devices):
+        count = min(problem.num_devices - rank - 1, problem.num_microbatches)
         in_flight = problem.max_in_flight(rank)
         if in_flight is not None:
             count = min(count, in_flight - 1)
