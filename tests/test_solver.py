@@ -8,13 +8,12 @@ of tiny instances, replayed by the simulator.
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from exhaustive import brute_force, orders_of, tiny_problems, value_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid, peak_memory
@@ -25,7 +24,6 @@ from pipeplan import (
     OpKind,
     Problem,
     Schedule,
-    ScheduleError,
     Timeline,
     compute_metrics,
     generate,
@@ -52,17 +50,6 @@ UNEQUAL_4X6: dict[str, Any] = dict(num_stages=4, num_microbatches=6, forward=[1.
                                    comm=0.125, activation=1.0, weight_activation=0.25, budget=4)
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-
-def value_of(timeline: Timeline, objective: str) -> float:
-    """Makespan or the largest per-device span, from the op times alone."""
-    if objective == "makespan":
-        return max(timeline.end) - min(timeline.start)
-    spans = []
-    for d in range(timeline.problem.num_devices):
-        mine = [i for i, dev in enumerate(timeline.device) if dev == d]
-        spans.append(max(timeline.end[i] for i in mine) - min(timeline.start[i] for i in mine))
-    return max(spans)
 
 
 def busiest_work(problem: Problem) -> float:
@@ -271,44 +258,6 @@ def test_seed_is_proven_optimal_at_213() -> None:
 # ------------------------------------------------------------------------- exhaustive search, tiny cases
 
 
-def orders_of(ops: Sequence[Op], before: set[tuple[Op, Op]]) -> Iterator[list[Op]]:
-    """Every order of ``ops`` that keeps each pair (a, b) of ``before`` with a first."""
-    preds = {op: {a for a, b in before if b == op} for op in ops}
-
-    def extend(placed: list[Op], left: list[Op]) -> Iterator[list[Op]]:
-        if not left:
-            yield list(placed)
-        for op in left:
-            if preds[op] <= set(placed):
-                yield from extend([*placed, op], [o for o in left if o != op])
-
-    yield from extend([], list(ops))
-
-
-def brute_force(problem: Problem) -> dict[str, float]:
-    """The least makespan and stage span over every per-device order that replays and fits the budget.
-
-    Only orders that keep each same-device dependency are tried (any other deadlocks). Peak memory depends only
-    on the order (allocations and releases on a device follow its order) and the replay starts every op as
-    early as its order allows, so the minimum over orders is the optimum.
-    """
-    per_device = []
-    for d in range(problem.num_devices):
-        ops = [op for op in problem.all_ops() if problem.device_of(op.stage) == d]
-        before = {(dep, op) for op in ops for dep, _ in problem.dependencies(op) if problem.device_of(dep.stage) == d}
-        per_device.append(list(orders_of(ops, before)))
-    best = {objective: float("inf") for objective in OBJECTIVES}
-    for orders in itertools.product(*per_device):
-        try:
-            timeline = simulate(problem, Schedule.from_lists("candidate", orders))
-        except ScheduleError:
-            continue  # deadlocks across devices
-        if compute_metrics(timeline).feasible:
-            for objective in OBJECTIVES:
-                best[objective] = min(best[objective], value_of(timeline, objective))
-    return best
-
-
 def test_brute_force_enumerates_every_order_of_a_hand_case() -> None:
     """The enumerator itself: P=1, N=1, split: F, B, W in that order only; P=1, N=2 unsplit: 6 orders of 4 ops."""
     one = Problem.build(num_stages=1, num_microbatches=1, forward=1.0, backward=2.0, backward_weight=0.5)
@@ -350,30 +299,6 @@ def test_optimum_equals_exhaustive_search(fields: dict[str, Any]) -> None:
         assert result.status == OPTIMAL
         assert result.objective == pytest.approx(best[objective], abs=EPS), objective
         assert result.lower_bound == pytest.approx(best[objective], abs=EPS), objective
-
-
-quarters = st.integers(min_value=1, max_value=12).map(lambda x: x / 4)
-
-
-@st.composite
-def tiny_problems(draw: st.DrawFn) -> Problem:
-    """Problems small enough for :func:`brute_force` (2 x 2 split, 3 x 2 unsplit or one device), budget or none."""
-    p, n, split = draw(st.sampled_from([(2, 2, True), (3, 2, False), (1, 3, True), (1, 4, False)]))
-    per_stage = st.lists(quarters, min_size=p, max_size=p)
-    activation = draw(st.lists(st.integers(min_value=1, max_value=3), min_size=p, max_size=p))
-    fractions = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=p, max_size=p))
-    most = max(activation)
-    return Problem.build(
-        num_stages=p,
-        num_microbatches=n,
-        forward=draw(per_stage),
-        backward=draw(per_stage),
-        backward_weight=draw(per_stage) if split else 0.0,
-        comm=draw(st.one_of(comms, st.lists(comms, min_size=p, max_size=p))),
-        activation=[float(a) for a in activation],
-        weight_activation=[a * q / 4 for a, q in zip(activation, fractions)] if split else 0.0,
-        budget=draw(st.one_of(st.none(), st.integers(min_value=0, max_value=4 * most).map(lambda x: most + x / 2))),
-    )
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
