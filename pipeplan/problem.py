@@ -18,7 +18,12 @@ Placement = Literal["loop", "v"]
 PLACEMENTS: tuple[Placement, ...] = ("loop", "v")
 
 
-class ConfigError(ValueError):
+class PipeplanError(ValueError):
+    """An error the user can fix (bad input, an impossible request); the message says how. The command line
+    turns these, and only these (with OSError), into exit status 2; anything else is a bug."""
+
+
+class ConfigError(PipeplanError):
     """A user error in a problem or config: the message names the field, the bad value and the fix."""
 
 

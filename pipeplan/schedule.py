@@ -10,14 +10,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeplan.problem import Op, Problem
+from pipeplan.problem import Op, PipeplanError, Problem
 
 
-class ScheduleError(ValueError):
+class ScheduleError(PipeplanError):
     """A schedule that cannot be run: an op missing, repeated, on the wrong device, or a deadlocked order."""
 
 
-class NotApplicable(ValueError):
+class NotApplicable(PipeplanError):
     """A generator that does not apply to a problem (e.g. a zero-bubble schedule without a split backward)."""
 
 
