@@ -1,4 +1,15 @@
-"""Metrics of a replayed schedule (REFERENCE section 2): time, utilization, bubble and activation memory."""
+"""Metrics of a replayed schedule: time, utilization, bubble and activation memory.
+
+- makespan: from the first op's start to the last op's end (all devices start together); with a synchronous
+  optimizer step at the end, the step time.
+- busy(d): total op time on device d; utilization = sum of busy / (P x makespan); bubble = 1 - utilization.
+- stage span of device d: end of its last op - start of its first op. The Zero Bubble paper's cost is the
+  largest stage span (it lets the next step's forwards overlap this step's tail instead of a synchronous step).
+- activation memory: what each op allocates and releases is the problem's memory rule
+  (:meth:`~pipeplan.problem.Problem.allocated_by`, :meth:`~pipeplan.problem.Problem.released_by`); live
+  intervals are half-open, so a release at t comes before an allocation at t. A device's peak is the maximum of
+  its live sum over time; a schedule is feasible when every device's peak is within its budget.
+"""
 
 from __future__ import annotations
 
@@ -87,7 +98,7 @@ def within_budget(peaks: list[float], budget: tuple[float, ...] | None) -> bool:
 
 
 def compute_metrics(timeline: Timeline) -> Metrics:
-    """All metrics of REFERENCE section 2 for one replayed schedule."""
+    """Every metric of this module for one replayed schedule."""
     problem = timeline.problem
     num_devices = problem.num_devices
     busy = [0.0] * num_devices

@@ -1,4 +1,4 @@
-"""The optimizer over 2 chunks per device (issue 4): how far interleaved 1F1B and ZB-V are from the optimum.
+"""The optimizer over 2 chunks per device: how far interleaved 1F1B and ZB-V are from the optimum.
 
 On the split-backward family (F:B:W = 1 : 1 : 0.5, comm 0.03, weight_activation 0.35) with P in {4, 8} and
 N in {2P, 4P}, budgets P and 2P activations, it solves with 2 chunks per device in loop placement (beside

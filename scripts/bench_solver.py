@@ -1,4 +1,4 @@
-"""Solver benchmark (issue 3): the CP-SAT optimum beside every named schedule, with its proven bound.
+"""Solver benchmark: the CP-SAT optimum beside every named schedule, with its proven bound.
 
 Rows:
 
@@ -11,7 +11,7 @@ Rows:
 Each row gives the best named schedule (registered generators, replayed, within the budget), the best warm
 start (named or greedy), the optimizer's value, lower bound, gap, status and time, and whether the optimizer is
 strictly better than every named schedule. Writes results/solver_bench.csv after every row, prints the table
-and the issue's goals at the end, and reports progress per row on stderr. Timings depend on what else runs.
+and the benchmark's goals at the end, and reports progress per row on stderr. Timings depend on what else runs.
 
     python scripts/bench_solver.py [--time-limit 60] [--workers N] [--max-p 16] [--quick] [--out results]
 """
@@ -150,7 +150,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def goals(rows: list[dict[str, Any]]) -> list[str]:
-    """The issue's goals, each with whether these rows meet it (and which rows miss it)."""
+    """The benchmark's goals, each with whether these rows meet it (and which rows miss it)."""
 
     def label(row: dict[str, Any]) -> str:
         return f"{row['case']} P={row['P']} N={row['N']} budget={row['budget']} {row['objective']}"

@@ -1,4 +1,4 @@
-"""Every named schedule beside the optimizer on the solver issue's split-backward family (issue 4's table).
+"""Every named schedule beside the optimizer on the solver benchmark's split-backward family.
 
 For P in {4, 8, 16}, N in {P, 2P, 4P, 8P} and budgets P and 2P activations, it replays gpipe, 1f1b, zb-h1 and
 zb-h2 (one chunk per device), interleaved-1f1b (2 chunks, loop placement) and zb-v (2 chunks, V placement) on

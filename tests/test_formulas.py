@@ -72,7 +72,7 @@ def test_1f1b_matches_closed_form(p: int, f: float, b: float) -> None:
         assert metrics.peak_memory_per_device == [min(p - r, n) for r in range(p)], where
 
 
-def test_formulas_agree_with_reference_examples() -> None:
+def test_formulas_agree_with_published_examples() -> None:
     """The closed forms themselves, on the seed: GPipe in 8 flushes of 8, and 1F1B, with F = 1, B = 2."""
     assert closed.gpipe_flushes(64, 8) == 8
     assert closed.gpipe_makespan(8, 64, 8, 1.0, 2.0) == (64 + 8 * 7) * 3

@@ -1,4 +1,4 @@
-"""The planner's contract (issue 2): ``plan(num_stages=8, total_microbatches=64, memory_budget=8)`` and friends."""
+"""The planner's contract: ``plan(num_stages=8, total_microbatches=64, memory_budget=8)`` and friends."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The CP-SAT optimizer (issue 3), run for real on tiny instances with short time limits.
+"""The CP-SAT optimizer, run for real on tiny instances with short time limits.
 
 Every answer is checked from outside: the returned timeline passes the independent invariants, fits the budget
 by an independent count, beats or ties every feasible named schedule and every warm start, and its bound and gap
@@ -77,7 +77,7 @@ def named_values(problem: Problem, objective: str) -> dict[str, float]:
 
 
 def check_result(problem: Problem, result: SolveResult, objective: str, tol: float = EPS) -> None:
-    """Everything the issue promises about one answer, checked independently of the solver.
+    """Everything the optimizer promises about one answer, checked independently of the solver.
 
     ``tol`` allows for costs that CP-SAT saw rounded to whole ticks: the warm starts are valued on those.
     """

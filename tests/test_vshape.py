@@ -36,7 +36,7 @@ def v_problem(p: int, n: int, costs: tuple[float, float, float], comm: float = 0
 
 
 def test_near_zero_bubble_at_1f1b_peak() -> None:
-    # The check: F = B = W = 1, no comm, P = 4, N = 16.
+    # ZB-V's claim: near-zero bubble at F = B = W = 1, no comm, P = 4, N = 16.
     p, n = 4, 16
     _, zbv = replay(v_problem(p, n, (1.0, 1.0, 1.0)))
     flat = Problem.build(p, n, forward=1, backward=1, backward_weight=1, weight_activation=0.4)

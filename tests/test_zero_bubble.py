@@ -1,4 +1,4 @@
-"""ZB-H1 and ZB-H2: closed forms (REFERENCE section 3), invariants where the forms stop holding, a full trace
+"""ZB-H1 and ZB-H2: closed forms (pipeplan/formulas.py), invariants where the forms stop holding, a full trace
 worked out by hand, and property tests with uneven stages, comm and budgets.
 """
 
@@ -64,8 +64,8 @@ def test_zb_h2_stage_span_and_peak_match_closed_form(costs: tuple[float, float, 
         assert metrics.peak_memory == pytest.approx(2 * p - 1)
 
 
-def test_closed_forms_are_the_reference_figures() -> None:
-    # ZB-H1 at P=8, N=64, F=B=W=1: 199, the floor quoted in REFERENCE section 4.
+def test_closed_forms_give_the_published_figures() -> None:
+    # ZB-H1 at P=8, N=64, F=B=W=1: 199, the best value known for that case with a budget of P activations.
     assert zb_h1_stage_span(8, 64, 1, 1, 1) == 199
     assert zb_h2_stage_span(4, 16, 1, 1, 1) == 48
     assert zb_h1_stage_span(4, 16, 1, 1.2, 0.6, comm=0.1) == pytest.approx(16 * 2.8 + 3 * 2.0)

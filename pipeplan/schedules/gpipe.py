@@ -2,6 +2,9 @@
 
 Under a budget the microbatches go in the fewest flushes the budget allows; each flush fills and drains the
 pipeline, so a tight budget pays the bubble once per flush.
+
+Uniform stages, no comm, room for k microbatches: ceil(N / k) flushes, makespan (N + flushes (P-1)) (F+B) and a
+peak of min(k, N) activations on every device (:mod:`pipeplan.formulas`).
 """
 
 from __future__ import annotations

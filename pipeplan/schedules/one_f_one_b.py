@@ -1,7 +1,12 @@
 """1F1B (PipeDream-Flush): a short warm-up of forwards, then one forward and one backward in turn.
 
-Rank r runs min(P - r - 1, N) warm-up forwards, so it holds at most P - r activations. When the budget admits
-fewer in-flight microbatches, the warm-up shrinks to fit (a memory-limited 1F1B: slower, but feasible).
+Rank r runs min(P - r - 1, N) warm-up forwards, then alternates one forward and one backward until the forwards
+run out, then runs the remaining backwards; with a split backward each B is followed directly by its W. So rank r
+holds at most min(P - r, N) activations. When the budget admits fewer in-flight microbatches, the warm-up
+shrinks to fit (a memory-limited 1F1B: slower, but feasible).
+
+Uniform stages, no comm, no binding budget: makespan (N + P - 1)(F + B) for every N >= 1, peak min(P, N)
+activations on rank 0 (:mod:`pipeplan.formulas`).
 """
 
 from __future__ import annotations

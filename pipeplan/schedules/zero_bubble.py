@@ -1,4 +1,5 @@
-"""ZB-H1 and ZB-H2 (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024), exactly as REFERENCE section 3.
+"""ZB-H1 and ZB-H2 (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024), built exactly as the paper
+specifies them.
 
 Both need a split backward (B = input gradient, W = weight gradient) and one chunk per device. Rank r runs
 ``warmup[r]`` forwards, then steps i = 0, 1, ...: a forward if any remain, the B of microbatch i and, once
