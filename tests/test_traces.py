@@ -1,8 +1,8 @@
 """Full-trace tests: every op's start and end on tiny cases, worked out by hand (not by the simulator).
 
 The expected traces below were computed on paper from the timing rules (``Problem.dependencies``): an op
-starts when its device is free and its dependency has ended (plus ``comm`` between devices). Costs are deliberately unequal (F != B,
-split B != W) so that a mix-up of F and B times cannot go unnoticed.
+starts when its device is free and its dependency has ended (plus ``comm`` between devices). Costs are
+deliberately unequal (F != B, split B != W) so that a mix-up of F and B times cannot go unnoticed.
 
 Each expected trace is, per device in run order, ``(kind, microbatch, start, end)``.
 """
