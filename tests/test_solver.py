@@ -100,8 +100,7 @@ def check_result(problem: Problem, result: SolveResult, objective: str, tol: flo
     assert result.lower_bound <= result.objective + EPS
     assert result.lower_bound >= busiest_work(problem) - EPS
     assert result.gap == pytest.approx((result.objective - result.lower_bound) / result.objective, abs=1e-12)
-    assert result.status in (OPTIMAL, FEASIBLE)
-    assert (result.status == OPTIMAL) == (result.gap <= 1e-9)
+    assert result.status == (OPTIMAL if result.gap <= 1e-9 else FEASIBLE)
 
 
 # ------------------------------------------------------------------------------- random small problems
@@ -421,9 +420,6 @@ def test_time_limit_returns_the_best_schedule_so_far() -> None:
     assert elapsed < 6
     assert result.solve_time_s <= elapsed + EPS
     check_result(problem, result, "makespan")
-    assert result.status in (OPTIMAL, FEASIBLE)
-    if result.status == FEASIBLE:
-        assert result.gap > 0
 
 
 def test_unknown_objective_is_rejected() -> None:
@@ -446,13 +442,15 @@ CHUNK_CASES = [
 @pytest.mark.parametrize("fields", CHUNK_CASES)
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_two_chunks_per_device(fields: dict[str, Any], objective: str) -> None:
+    """CP-SAT proves none of these within a short limit, so only what holds at any time limit is asserted:
+    a valid schedule within the budget, never worse than any warm start or named schedule (interleaved 1F1B or
+    ZB-V among them), and a bound at most its value with a consistent gap (all in :func:`check_result`)."""
     p = fields["num_stages"]
     problem = Problem.build(num_chunks=2, forward=[1.0 + 0.125 * s for s in range(2 * p)], backward=1.25,
                       backward_weight=[0.5 + 0.25 * (s % 2) for s in range(2 * p)], comm=0.125,
                       activation=1.0, weight_activation=0.25, **fields)
-    result = solve(problem, objective=objective, time_limit_s=2, num_workers=2)
-    check_result(problem, result, objective)  # includes: no worse than interleaved-1f1b / zb-v when they fit
-    assert {op.chunk for op in result.timeline.ops} == {0, 1}
+    result = solve(problem, objective=objective, time_limit_s=0.5, num_workers=2)
+    check_result(problem, result, objective)
     reference = "zb-v" if fields["placement"] == "v" else "interleaved-1f1b"
     named = named_values(problem, objective)
     if reference in named:
