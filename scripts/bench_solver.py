@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeplan import NotApplicable, Problem, compute_metrics, generate, load_config, schedule_names, simulate
-from pipeplan.solver import OPTIMAL, solve
+from pipeplan import Problem, compute_metrics, load_config, simulate
+from pipeplan.schedules import generate_applicable
+from pipeplan.solver import OPTIMAL, objective_of, solve
 
 ROOT = Path(__file__).resolve().parent.parent
 OBJECTIVES = ("makespan", "stage_span")
@@ -89,14 +90,10 @@ def cases(max_p: int, quick: bool) -> Iterator[Case]:
 def named_values(problem: Problem, objective: str) -> dict[str, float]:
     """The objective of every registered schedule that applies and fits the budget, keyed by name."""
     values = {}
-    for name in schedule_names():
-        try:
-            schedule = generate(name, problem)
-        except NotApplicable:
-            continue
+    for schedule in generate_applicable(problem)[0]:
         metrics = compute_metrics(simulate(problem, schedule))
         if metrics.feasible:
-            values[name] = metrics.makespan if objective == "makespan" else metrics.stage_span
+            values[schedule.name] = objective_of(metrics, objective)
     return values
 
 

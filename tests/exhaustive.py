@@ -72,13 +72,16 @@ comms = st.integers(min_value=0, max_value=4).map(lambda x: x / 8)
 
 
 @st.composite
-def tiny_problems(draw: st.DrawFn) -> Problem:
-    """Problems small enough for :func:`brute_force` (2 x 2 split, 3 x 2 unsplit or one device), budget or none."""
-    p, n, split = draw(st.sampled_from([(2, 2, True), (3, 2, False), (1, 3, True), (1, 4, False)]))
-    per_stage = st.lists(quarters, min_size=p, max_size=p)
+def per_stage_problem(draw: st.DrawFn, p: int, n: int, split: bool, times: st.SearchStrategy[float],
+                      budget: st.SearchStrategy[float | None]) -> Problem:
+    """A problem with unequal per-stage costs drawn from ``times``, random comm (one or per stage), activations
+    of 1 to 3, weight shares in quarters (split only) and a budget of ``budget`` activations of the largest
+    stage above one activation (None: unlimited)."""
+    per_stage = st.lists(times, min_size=p, max_size=p)
     activation = draw(st.lists(st.integers(min_value=1, max_value=3), min_size=p, max_size=p))
     fractions = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=p, max_size=p))
     most = max(activation)
+    extra = draw(budget)
     return Problem.build(
         num_stages=p,
         num_microbatches=n,
@@ -88,5 +91,13 @@ def tiny_problems(draw: st.DrawFn) -> Problem:
         comm=draw(st.one_of(comms, st.lists(comms, min_size=p, max_size=p))),
         activation=[float(a) for a in activation],
         weight_activation=[a * q / 4 for a, q in zip(activation, fractions)] if split else 0.0,
-        budget=draw(st.one_of(st.none(), st.integers(min_value=0, max_value=4 * most).map(lambda x: most + x / 2))),
+        budget=None if extra is None else most * (1 + extra),
     )
+
+
+@st.composite
+def tiny_problems(draw: st.DrawFn) -> Problem:
+    """Problems small enough for :func:`brute_force` (2 x 2 split, 3 x 2 unsplit or one device), budget or none."""
+    p, n, split = draw(st.sampled_from([(2, 2, True), (3, 2, False), (1, 3, True), (1, 4, False)]))
+    budget = st.one_of(st.none(), st.integers(min_value=0, max_value=8).map(lambda x: x / 8))
+    return draw(per_stage_problem(p, n, split, quarters, budget))

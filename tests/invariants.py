@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from pipeplan import Metrics, OpKind, Problem, Timeline
+from pipeplan import Metrics, OpKind, Problem, Timeline, compute_metrics, generate, simulate
 
 EPS = 1e-6
 
@@ -75,3 +75,11 @@ def assert_valid(problem: Problem, timeline: Timeline, metrics: Metrics | None =
                 assert peak <= budget + EPS, f"device {device} peaks at {peak} over budget {budget}"
         makespan = max(e for _, e in times.values()) - min(s for s, _ in times.values())
         assert abs(metrics.makespan - makespan) < EPS
+
+
+def replay_valid(problem: Problem, name: str) -> tuple[Timeline, Metrics]:
+    """Generate the named schedule, replay it and check every invariant; return the timeline and metrics."""
+    timeline = simulate(problem, generate(name, problem))
+    metrics = compute_metrics(timeline)
+    assert_valid(problem, timeline, metrics)
+    return timeline, metrics

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from invariants import assert_valid
+from invariants import replay_valid
 from strategies import uneven_stage_values
 
 from pipeplan import Metrics, NotApplicable, Problem, Timeline, compute_metrics, generate, simulate
@@ -29,12 +29,9 @@ NAME = "interleaved-1f1b"
 COSTS = [(1.0, 2.0, 0.0), (1.0, 1.0, 1.0), (1.0, 1.2, 0.6), (2.0, 1.0, 0.5)]
 
 
-def replay(problem: Problem) -> tuple[Timeline, Metrics]:
+def replay(problem: Problem, name: str = NAME) -> tuple[Timeline, Metrics]:
     """Generate, replay and check every invariant; return the timeline and metrics."""
-    timeline = simulate(problem, generate(NAME, problem))
-    metrics = compute_metrics(timeline)
-    assert_valid(problem, timeline, metrics)
-    return timeline, metrics
+    return replay_valid(problem, name)
 
 
 def uniform(p: int, n: int, v: int, costs: tuple[float, float, float], **extra: Any) -> Problem:

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid
 
-from pipeplan import NotApplicable, Problem, compute_metrics, generate, plan, schedule_names, simulate
+from pipeplan import Problem, compute_metrics, generate, plan, simulate
+from pipeplan.schedules import generate_applicable
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -59,15 +60,11 @@ def problem_fields(draw: st.DrawFn, chunks: bool = True, budget: bool | None = N
 def run_all(problem: Problem) -> dict[str, Any]:
     """Replay every applicable registered generator; return name -> metrics."""
     results = {}
-    for name in schedule_names():
-        try:
-            schedule = generate(name, problem)
-        except NotApplicable:
-            continue
+    for schedule in generate_applicable(problem)[0]:
         timeline = simulate(problem, schedule)
         metrics = compute_metrics(timeline)
         assert_valid(problem, timeline, metrics)
-        results[name] = metrics
+        results[schedule.name] = metrics
     return results
 
 

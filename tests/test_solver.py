@@ -13,24 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exhaustive import brute_force, orders_of, tiny_problems, value_of
+from exhaustive import brute_force, orders_of, per_stage_problem, tiny_problems, value_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid, peak_memory
 
 from pipeplan import (
-    NotApplicable,
     Op,
     OpKind,
     Problem,
     Schedule,
     Timeline,
     compute_metrics,
-    generate,
     load_config,
-    schedule_names,
     simulate,
 )
+from pipeplan.schedules import generate_applicable
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.solver import FEASIBLE, OPTIMAL, InfeasibleBudget, Progress, SolveResult, solve
 
@@ -65,14 +63,10 @@ def busiest_work(problem: Problem) -> float:
 def named_values(problem: Problem, objective: str) -> dict[str, float]:
     """The objective of every registered schedule that applies and fits the budget, keyed by name."""
     values = {}
-    for name in schedule_names():
-        try:
-            schedule = generate(name, problem)
-        except NotApplicable:
-            continue
+    for schedule in generate_applicable(problem)[0]:
         timeline = simulate(problem, schedule)
         if compute_metrics(timeline).feasible:
-            values[name] = value_of(timeline, objective)
+            values[schedule.name] = value_of(timeline, objective)
     return values
 
 
@@ -106,7 +100,6 @@ def check_result(problem: Problem, result: SolveResult, objective: str, tol: flo
 # ------------------------------------------------------------------------------- random small problems
 
 grid = st.integers(min_value=2, max_value=16).map(lambda x: x / 8)  # 0.25 .. 2 on a 1/8 grid
-comms = st.integers(min_value=0, max_value=4).map(lambda x: x / 8)
 
 
 @st.composite
@@ -114,23 +107,8 @@ def small_problems(draw: st.DrawFn) -> Problem:
     """P 1..4, N 1..6, unequal per-stage costs, random comm, split or not, and a budget of a few activations."""
     p = draw(st.integers(min_value=1, max_value=4))
     n = draw(st.integers(min_value=1, max_value=6))
-    split = draw(st.booleans())
-    per_stage = st.lists(grid, min_size=p, max_size=p)
-    activation = draw(st.lists(st.integers(min_value=1, max_value=3), min_size=p, max_size=p))
-    fractions = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=p, max_size=p))
-    most = max(activation)
-    budget = most + draw(st.integers(min_value=0, max_value=3 * most))  # one activation up to a few
-    return Problem.build(
-        num_stages=p,
-        num_microbatches=n,
-        forward=draw(per_stage),
-        backward=draw(per_stage),
-        backward_weight=draw(per_stage) if split else 0.0,
-        comm=draw(st.one_of(comms, st.lists(comms, min_size=p, max_size=p))),
-        activation=[float(a) for a in activation],
-        weight_activation=[a * q / 4 for a, q in zip(activation, fractions)] if split else 0.0,
-        budget=budget,
-    )
+    budget = st.integers(min_value=0, max_value=3).map(float)  # one activation up to a few
+    return draw(per_stage_problem(p, n, draw(st.booleans()), grid, budget))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
