@@ -29,6 +29,7 @@ import pandas as pd
 
 from pipeplan.config import Config, SolverSettings, Units, config_from_dict
 from pipeplan.frontier import FrontierRow
+from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError, Op, OpKind, Problem
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.simulate import Timeline, simulate
@@ -442,7 +443,105 @@ def read_results(folder: Path) -> Results:
         path = folder / "schedules" / f"{name}.json"
         record = _read_json(path, folder)
         timelines[name] = _timeline_from_record(config.problem, name, int(row.get("flushes", 1)), record, path)
+    check_summary(summary, config, timelines, folder / "summary.json")
     return Results(summary, config, timelines)
+
+
+# Relative and absolute slack when comparing a stored number with its replay (JSON keeps floats exactly, so
+# this only forgives the last bits of a sum taken in another order).
+_REPLAY_TOLERANCE = 1e-9
+
+
+def _same(stored: Any, replayed: Any) -> bool:
+    """True when a stored summary value equals its replay: booleans exactly, numbers within the tolerance,
+    lists element by element."""
+    if isinstance(replayed, bool) or isinstance(stored, bool):
+        return stored is replayed
+    if isinstance(replayed, list):
+        return isinstance(stored, list) and len(stored) == len(replayed) and all(
+            _same(a, b) for a, b in zip(stored, replayed))
+    if isinstance(replayed, (int, float)):
+        return isinstance(stored, (int, float)) and math.isclose(
+            stored, replayed, rel_tol=_REPLAY_TOLERANCE, abs_tol=_REPLAY_TOLERANCE)
+    return bool(stored == replayed)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``value`` for a message: floats to 10 significant digits, cut to ``limit`` characters."""
+    if isinstance(value, float):
+        text = f"{value:.10g}"
+    elif isinstance(value, list):
+        text = "[" + ", ".join(_short(item, limit) for item in value[:limit]) + "]"
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_summary(summary: dict[str, Any], config: Config, timelines: dict[str, Timeline], path: Path) -> None:
+    """Check every number of ``summary`` that a replay recomputes against the replay of ``timelines``.
+
+    Per schedule: every metric (makespan, stage span, utilization, bubble, peaks, busy times, whether it fits
+    the budget, ...); for the optimizer, that its gap and status agree with its bound and replayed objective;
+    for the whole: the problem's shape and budget, the objective, and that the chosen schedule fits and is
+    among the best. Raises :class:`ConfigError` naming the schedule, the field, the stored and the replayed
+    value. The solver's bound, time and source are not replayable and are not checked.
+    """
+    problem = config.problem
+    rerun = "the folder was edited; run 'pipeplan solve' again to get a consistent one"
+
+    def mismatch(where: str, stored: Any, replayed: Any) -> ConfigError:
+        shown = replayed if isinstance(replayed, str) else _short(replayed)  # a text describes the replay
+        return ConfigError(f"{path}: {where} is {_short(stored)} but the replay gives {shown}; {rerun}")
+
+    budget = problem.budget_per_device
+    expected: dict[str, Any] = {
+        "num_stages": problem.num_stages, "num_microbatches": problem.num_microbatches,
+        "num_chunks": problem.num_chunks, "objective": config.solver.objective,
+        "memory_budget": None if budget is None else (budget[0] if len(set(budget)) == 1 else list(budget)),
+    }
+    for key, value in expected.items():
+        if key in summary and not (summary[key] is None if value is None else _same(summary[key], value)):
+            raise mismatch(f"{key!r} (of the config in it)", summary[key], value)
+    objective = config.solver.objective
+    replayed: dict[str, Metrics] = {name: compute_metrics(timeline) for name, timeline in timelines.items()}
+    for row in summary["schedules"]:
+        name = str(row["schedule"])
+        metrics = replayed[name].to_dict()
+        for key, value in metrics.items():
+            if key == "schedule":
+                continue
+            if key not in row:
+                raise ConfigError(f"{path}: schedule {name!r} has no {key!r}; {rerun}")
+            if not _same(row[key], value):
+                raise mismatch(f"schedule {name!r}: {key!r}", row[key], value)
+        if "status" in row:
+            _check_proof(row, name, metrics[objective], mismatch)
+    chosen = summary.get("chosen")
+    if chosen not in replayed:
+        raise ConfigError(f"{path}: 'chosen' is {_short(chosen)}, not a schedule in the folder; {rerun}")
+    if not replayed[chosen].feasible:
+        raise mismatch(f"schedule {chosen!r} (chosen): 'feasible'", True, False)
+    best = min(getattr(m, objective) for m in replayed.values() if m.feasible)
+    value = getattr(replayed[chosen], objective)
+    if value > best * (1 + _REPLAY_TOLERANCE) + _REPLAY_TOLERANCE:
+        raise mismatch(f"'chosen' ({chosen!r}, {objective} {value:g})", chosen,
+                       f"a schedule within the budget with {objective} {best:g}")
+
+
+def _check_proof(row: dict[str, Any], name: str, value: float,
+                 mismatch: Callable[[str, Any, Any], ConfigError]) -> None:
+    """The optimizer's bound, gap and status must agree with its replayed objective ``value``."""
+    lower, gap, status = row.get("lower_bound"), row.get("gap"), row.get("status")
+    if not isinstance(lower, (int, float)) or isinstance(lower, bool) or lower > value * (1 + _REPLAY_TOLERANCE) \
+            + _REPLAY_TOLERANCE:
+        raise mismatch(f"schedule {name!r}: 'lower_bound' (a bound never above the schedule)", lower,
+                       f"at most {value:g}")
+    expected_gap = (value - lower) / value if value > 0 else 0.0
+    if not _same(gap, expected_gap):
+        raise mismatch(f"schedule {name!r}: 'gap'", gap, expected_gap)
+    if (status == "OPTIMAL") != (expected_gap <= _REPLAY_TOLERANCE):
+        raise mismatch(f"schedule {name!r}: 'status'", status,
+                       "OPTIMAL" if expected_gap <= _REPLAY_TOLERANCE else "not OPTIMAL (the gap is not 0)")
 
 
 def write_file(path: Path, text: str, force: bool = False) -> None:
