@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -17,6 +18,26 @@ PLACEMENTS: tuple[str, ...] = ("loop", "v")
 
 class ConfigError(ValueError):
     """A user error in a problem or config: the message names the field, the bad value and the fix."""
+
+
+def _short_repr() -> reprlib.Repr:
+    """A repr that shows a few items per list, a few levels deep, so that it costs little on any value."""
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict = 3, 8, 8, 8
+    short.maxstring, short.maxother, short.maxlong = 60, 60, 40
+    return short
+
+
+_SHORT_REPR = _short_repr()
+
+
+def shown(value: object, limit: int = 80, quote: bool = True) -> str:
+    """``value`` for an error message: its repr (its text without ``quote``), at most ``limit`` characters.
+
+    Built with bounded work, so that a message never renders a huge value (say, a YAML alias bomb) in full.
+    """
+    text = _SHORT_REPR.repr(value) if quote else str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class OpKind(enum.Enum):
@@ -56,7 +77,7 @@ def _is_number(value: object) -> bool:
 
 def _as_count(name: str, value: object, minimum: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+        raise ConfigError(f"{name} must be a whole number >= {minimum}, got {shown(value)}")
     if value < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {value}")
     return value
@@ -86,9 +107,9 @@ def _expand(
     numbers: list[float] = []
     for item in values:
         if not _is_number(item) or not math.isfinite(float(item)):  # type: ignore[arg-type]
-            raise ConfigError(f"{name} must be a finite number or a list of finite numbers, got {item!r}")
+            raise ConfigError(f"{name} must be a finite number or a list of finite numbers, got {shown(item)}")
         if float(item) < 0:  # type: ignore[arg-type]
-            raise ConfigError(f"{name} must be >= 0, got {item!r}")
+            raise ConfigError(f"{name} must be >= 0, got {shown(item)}")
         numbers.append(float(item))  # type: ignore[arg-type]
     if num_chunks > 1 and len(numbers) == num_model_stages:
         return tuple(numbers)
@@ -136,7 +157,7 @@ class Problem:
         num_chunks = _as_count("pipeline.num_chunks", self.num_chunks)
         if self.placement not in PLACEMENTS:
             raise ConfigError(
-                f"pipeline.placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
+                f"pipeline.placement must be one of {', '.join(PLACEMENTS)}, got {shown(self.placement)}"
             )
         if self.placement == "v" and num_chunks != 2:
             raise ConfigError(f"pipeline.placement 'v' needs num_chunks: 2, got num_chunks: {num_chunks}")
