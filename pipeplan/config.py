@@ -232,6 +232,12 @@ def load_yaml(text: str) -> Any:
     except yaml.YAMLError as exc:
         raise ConfigError(f"YAML error: {shown(exc, 200, quote=False)}; fix the file (see models/seed-8x64.yaml "
                           "for the layout)") from None
+    except ConfigError:
+        raise
+    except ValueError as exc:  # e.g. Python's refusal to read a whole number of more than 4300 digits
+        reason = str(exc).split(";")[0]  # without Python's advice to raise its limit
+        raise ConfigError(f"a value in the file cannot be read ({shown(reason, 160, quote=False)}); fix the file "
+                          "(a config's numbers are small)") from None
 
 
 def load_config(path: str | os.PathLike[str], ignore_budget: bool = False) -> Config:

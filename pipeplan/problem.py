@@ -32,11 +32,18 @@ _SHORT_REPR = _short_repr()
 
 
 def shown(value: object, limit: int = 80, quote: bool = True) -> str:
-    """``value`` for an error message: its repr (its text without ``quote``), at most ``limit`` characters.
+    """``value`` for an error message: its repr (a text's or an error's text without ``quote``), at most ``limit``
+    characters.
 
     Built with bounded work, so that a message never renders a huge value (say, a YAML alias bomb) in full.
     """
-    text = _SHORT_REPR.repr(value) if quote else str(value)
+    if not quote and isinstance(value, (str, BaseException)):
+        text = str(value)
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 128:
+        # repr refuses whole numbers of more than 4300 digits
+        text = f"a whole number with about {round(abs(value).bit_length() * math.log10(2))} digits"
+    else:
+        text = _SHORT_REPR.repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -79,7 +86,7 @@ def _as_count(name: str, value: object, minimum: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ConfigError(f"{name} must be a whole number >= {minimum}, got {shown(value)}")
     if value < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+        raise ConfigError(f"{name} must be >= {minimum}, got {shown(value)}")
     return value
 
 

@@ -177,8 +177,9 @@ def test_a_huge_value_is_never_rendered_in_full(tmp_path: Path) -> None:
         ("x: " + "[" * 10_000 + "]" * 10_000 + "\n", "nested more than 20 levels deep"),
         ("a: &a [1]\nb: *nope\n", "found undefined alias 'nope'"),
         ("? {a: 1}\n: 2\n", "line 1: a mapping is used as a key"),
+        ("x: " + "9" * 5000 + "\n", "a value in the file cannot be read (Exceeds the limit (4300 digits)"),
     ],
-    ids=["many-values", "deep-nesting", "undefined-alias", "mapping-as-key"],
+    ids=["many-values", "deep-nesting", "undefined-alias", "mapping-as-key", "5000-digits"],
 )
 def test_yaml_that_would_take_long_or_crash_is_refused_quickly(text: str, message: str) -> None:
     started = time.monotonic()
@@ -194,3 +195,8 @@ def test_a_file_over_the_size_limit_is_not_parsed(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is larger than 1000000 bytes, the limit; a config is a few KB"):
         load_config(path)
     assert time.monotonic() - started < 5
+
+
+def test_a_huge_whole_number_is_named_by_its_size() -> None:
+    with pytest.raises(ConfigError, match="pipeline.num_stages must be >= 1, got a whole number with about 400 digits"):
+        config_from_dict({"pipeline": {"num_stages": -(10**400), "num_microbatches": 2}})

@@ -1,7 +1,9 @@
 """Result folders: ``summary.json``, ``metrics.csv`` and one ``schedules/<name>.json`` per schedule.
 
 A folder is written atomically: everything goes to a temporary sibling that is renamed into place at the end,
-so a failed or interrupted run leaves nothing half-written, and an existing folder is replaced only when asked.
+in a step that never replaces what is there (:func:`rename_no_replace`), so a failed or interrupted run leaves
+nothing half-written, of two runs writing one folder exactly one wins, and an existing folder is replaced only
+when asked and only if pipeplan wrote it (:func:`write_folder`).
 
 A folder is also self-describing: ``summary.json`` holds the effective config (key ``config``, in the YAML
 file's layout with every per-stage value spelled out), so :func:`read_results` can rebuild the problem and
@@ -547,7 +549,8 @@ def _check_proof(row: dict[str, Any], name: str, value: float,
 def write_file(path: Path, text: str, force: bool = False) -> None:
     """Write ``text`` to ``path`` atomically (a temporary sibling renamed into place).
 
-    Raises :class:`ConfigError` if ``path`` exists and ``force`` is false.
+    Raises :class:`ConfigError` if ``path`` exists and ``force`` is false. The temporary file is removed on
+    error and on SIGINT or SIGTERM (see :class:`_SignalGuard`).
     """
     path = Path(path)
     if path.exists() and not force:
