@@ -22,7 +22,7 @@ from pipeplan.frontier import SweepProgress, frontier
 from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
 from pipeplan.problem import ConfigError, PipeplanError
-from pipeplan.report.files import check_replaceable, config_record, write_file, write_folder, write_results
+from pipeplan.report.files import check_output_folder, config_record, write_file, write_folder, write_results
 from pipeplan.schedules import generate, names
 from pipeplan.simulate import simulate
 from pipeplan.solver import Progress
@@ -168,9 +168,9 @@ def _settings(cfg: Config, **overrides: Any) -> SolverSettings:
 
 
 def _refuse_existing(out: Path | None, force: bool) -> None:
-    """Fail early, before a long solve, when --out exists and --force was not given."""
+    """Fail early, before a long solve, when --out may not be replaced or cannot be created."""
     if out is not None:
-        check_replaceable(out, force)
+        check_output_folder(out, force)
 
 
 class _Seconds(click.ParamType[float]):

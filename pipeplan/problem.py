@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -33,6 +34,33 @@ class PipeplanError(ValueError):
 
 class ConfigError(PipeplanError):
     """A user error in a problem or config: the message names the field, the bad value and the fix."""
+
+
+def _short_repr() -> reprlib.Repr:
+    """A repr that shows a few items per list, a few levels deep, so that it costs little on any value."""
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict = 3, 8, 8, 8
+    short.maxstring, short.maxother, short.maxlong = 60, 60, 40
+    return short
+
+
+_SHORT_REPR = _short_repr()
+
+
+def shown(value: object, limit: int = 80, quote: bool = True) -> str:
+    """``value`` for an error message: its repr (a text's or an error's text without ``quote``), at most ``limit``
+    characters.
+
+    Built with bounded work, so that a message never renders a huge value (say, a YAML alias bomb) in full.
+    """
+    if not quote and isinstance(value, (str, BaseException)):
+        text = str(value)
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 128:
+        # repr refuses whole numbers of more than 4300 digits
+        text = f"a whole number with about {round(abs(value).bit_length() * math.log10(2))} digits"
+    else:
+        text = _SHORT_REPR.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class OpKind(enum.Enum):
@@ -72,9 +100,9 @@ def _is_number(value: object) -> bool:
 
 def _as_count(name: str, value: object, minimum: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+        raise ConfigError(f"{name} must be a whole number >= {minimum}, got {shown(value)}")
     if value < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+        raise ConfigError(f"{name} must be >= {minimum}, got {shown(value)}")
     return value
 
 
@@ -102,9 +130,9 @@ def _expand(
     numbers: list[float] = []
     for item in values:
         if not _is_number(item) or not math.isfinite(float(item)):  # type: ignore[arg-type]
-            raise ConfigError(f"{name} must be a finite number or a list of finite numbers, got {item!r}")
+            raise ConfigError(f"{name} must be a finite number or a list of finite numbers, got {shown(item)}")
         if float(item) < 0:  # type: ignore[arg-type]
-            raise ConfigError(f"{name} must be >= 0, got {item!r}")
+            raise ConfigError(f"{name} must be >= 0, got {shown(item)}")
         numbers.append(float(item))  # type: ignore[arg-type]
     if num_chunks > 1 and len(numbers) == num_model_stages:
         return tuple(numbers)
@@ -442,9 +470,9 @@ _PER_STAGE_FIELDS = {
 
 def _check_value(name: str, value: object) -> None:
     if not _is_number(value) or not math.isfinite(float(value)):  # type: ignore[arg-type]
-        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+        raise ConfigError(f"{name} must be a finite number, got {shown(value)}")
     if float(value) < 0:  # type: ignore[arg-type]
-        raise ConfigError(f"{name} must be >= 0, got {value!r}")
+        raise ConfigError(f"{name} must be >= 0, got {shown(value)}")
     if float(value) > MAX_TOTAL and name != "memory.budget":  # type: ignore[arg-type]
         raise ConfigError(
             f"{name} ({float(value):g}) is above {MAX_TOTAL:g}; express it in a larger unit"  # type: ignore[arg-type]
@@ -458,7 +486,7 @@ def _check_placement(placement: object, num_chunks: int) -> Placement:
         if num_chunks != 2:
             raise ConfigError(f"pipeline.placement 'v' needs num_chunks: 2, got num_chunks: {num_chunks}")
         return "v"
-    raise ConfigError(f"pipeline.placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    raise ConfigError(f"pipeline.placement must be one of {', '.join(PLACEMENTS)}, got {shown(placement)}")
 
 
 def _expand_budget(budget: PerStage | None, num_devices: int) -> tuple[float, ...] | None:

@@ -92,11 +92,11 @@ def solve_model(config: Config, out: Path, png: bool, time_limit: float | None) 
         figure = figures.compare([timelines[name] for name in drawn], titles,
                                  title=f"{config.name}: {' and '.join(drawn)} (the optimizer's schedule)",
                                  time_unit=unit, memory_unit=config.units.memory)
-        save(figure, folder / "schedules", png=png)
+        save(figure, folder / "schedules", png=png, self_contained=False)
         bars = utilization_bars(summary["schedules"], summary["chosen"],
                                 title=f"{config.name}: utilization per schedule (higher is better)")
         bars.update_layout(width=900)
-        save(bars, folder / "utilization", png=png)
+        save(bars, folder / "utilization", png=png, self_contained=False)
         if png:
             with tempfile.TemporaryDirectory() as tmp:
                 run = Path(tmp) / "run"
@@ -121,7 +121,7 @@ def sweep_model(config: Config, budgets: list[float], out: Path, png: bool, time
     figure = frontier_figure(rows, settings.objective,
                              title=f"{config.name}: {settings.objective} against activation memory budget",
                              time_unit=config.units.time, memory_unit=config.units.memory)
-    save(figure, out, png=png)
+    save(figure, out, png=png, self_contained=False)
     points = ", ".join(f"{row.budget:g}: {row.objective:.4g}" for row in rows
                        if row.schedule == "optimal" and row.objective is not None)
     return f"{config.name} frontier (budget: optimal {settings.objective}): {points}"

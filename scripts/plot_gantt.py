@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
               f"makespan {metrics.makespan:.1f}, bubble {100 * metrics.bubble:.1f} %")
         titles.append(f"{LABELS[name]}: first stage holds {first:g} activations, makespan {metrics.makespan:g}")
     figure = compare(timelines, titles, title="GPipe vs 1F1B, 4 stages, 8 microbatches, F = 1, B = 2, no budget")
-    for path in save(figure, Path(args.out) / "gantt_4x8", png=not args.no_png):
+    for path in save(figure, Path(args.out) / "gantt_4x8", png=not args.no_png, self_contained=False):
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 

@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         time_unit=units.time,
         memory_unit=units.memory,
     )
-    written = save(figure, out / "seed_before_after", png=not args.no_png)
+    written = save(figure, out / "seed_before_after", png=not args.no_png,
+                   self_contained=False)
     for path in [table, *written]:
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0

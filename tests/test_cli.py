@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -348,3 +349,23 @@ def test_a_failed_write_leaves_nothing(
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
     assert [p.name for p in out.iterdir()] == ["summary.json"]
     assert (out / "summary.json").read_text(encoding="utf-8") == "{}"
+
+
+@pytest.fixture(scope="module")
+def ten_million_values(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("huge") / "huge.yaml"
+    path.write_bytes(b"pipeline: {num_stages: 4, num_microbatches: 8}\ncosts:\n  forward: ["
+                     + b"1," * 10_000_000 + b"1]\n")
+    return path
+
+
+@pytest.mark.parametrize("command", list(CONFIG_COMMANDS))
+def test_a_huge_config_is_refused_at_once(
+    capsys: pytest.CaptureFixture[str], ten_million_values: Path, command: str
+) -> None:
+    """A 20 MB list took minutes to parse; a file over the size limit is refused before parsing."""
+    started = time.monotonic()
+    code, out, err = run(capsys, command, str(ten_million_values), *CONFIG_COMMANDS[command])
+    assert time.monotonic() - started < 5
+    assert code == USER_ERROR and out == ""
+    assert "is larger than 1000000 bytes, the limit" in err and err.count("\n") == 1 and "Traceback" not in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -283,14 +284,47 @@ def frontier_figure(
     return fig
 
 
+# What to do when static export finds no browser: the system's package works offline (plotly's own hint,
+# plotly_get_chrome, downloads Chrome).
+NO_BROWSER_FIX = "install the system package (apt-get install chromium) or set BROWSER_PATH to a Chrome or Chromium"
+
+
+def browser_path() -> str | None:
+    """The Chrome or Chromium for PNG export: ``$BROWSER_PATH`` if set, else the system's Chromium, else None
+    (kaleido then searches on its own)."""
+    if os.environ.get("BROWSER_PATH"):
+        return os.environ["BROWSER_PATH"]
+    for candidate in (shutil.which("chromium"), shutil.which("chromium-browser"), str(SYSTEM_CHROMIUM)):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+def write_png(fig: go.Figure, path: Path) -> None:
+    """Write ``fig`` as a PNG at its layout's size with kaleido, in the browser :func:`browser_path` names.
+
+    The browser is passed to kaleido directly; the process environment is left alone. MathJax is off (no
+    figure here uses it, and kaleido would fetch it from a CDN).
+    """
+    import kaleido
+
+    browser = browser_path()
+    options = {"format": "png", "width": fig.layout.width or 1400, "height": fig.layout.height or 800, "scale": 1}
+    kaleido_options: dict[str, Any] = {"mathjax": False}
+    if browser is not None:
+        kaleido_options["path"] = browser
+    path.write_bytes(kaleido.calc_fig_sync(fig, opts=options, kopts=kaleido_options))
+
+
 def save(
-    fig: go.Figure, path: str | os.PathLike[str], png: bool = True, self_contained: bool = False
+    fig: go.Figure, path: str | os.PathLike[str], png: bool = True, self_contained: bool = True
 ) -> list[Path]:
     """Write ``fig`` to ``path`` with suffix .html and, if ``png`` and static export works, .png.
 
-    The HTML loads plotly.js from its CDN, or embeds it (about 5 MB) with ``self_contained`` so that the page
-    works offline. PNG export needs kaleido and a Chrome or Chromium; when it fails the HTML is kept and a
-    warning is logged. Returns the paths written.
+    The HTML embeds plotly.js (about 5 MB) so that it works offline; with ``self_contained=False`` it loads
+    plotly.js from its CDN instead (small, but blank without a network). PNG export needs kaleido and a Chrome or
+    Chromium (see :func:`browser_path`); when it fails the HTML is kept and a warning naming the fix is logged.
+    Returns the paths written.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -299,13 +333,21 @@ def save(
     written = [html]
     if not png:
         return written
-    if "BROWSER_PATH" not in os.environ and SYSTEM_CHROMIUM.exists():
-        os.environ["BROWSER_PATH"] = str(SYSTEM_CHROMIUM)
     image = target.with_suffix(".png")
+    # Files are named without their folder: it may be a temporary one that is renamed when the result is done.
     try:
-        fig.write_image(image, width=fig.layout.width or 1400, height=fig.layout.height or 800, scale=1)
+        write_png(fig, image)
     except Exception as exc:  # kaleido raises several kinds (no browser, timeout, missing package)
-        log.warning("PNG export of %s failed (%s: %s); the HTML is at %s", image, type(exc).__name__, exc, html)
+        image.unlink(missing_ok=True)
+        if type(exc).__name__ == "ChromeNotFoundError":
+            browser = browser_path()
+            where = "no Chrome or Chromium found" if browser is None else f"no browser at {browser!r}"
+            log.warning("PNG export of %s skipped: %s; %s, or pass --no-png. %s has the same figure",
+                        image.name, where, NO_BROWSER_FIX, html.name)
+        else:
+            reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            log.warning("PNG export of %s failed (%s: %s); %s has the same figure", image.name,
+                        type(exc).__name__, reason, html.name)
     else:
         written.append(image)
     return written
