@@ -1,5 +1,5 @@
 """Proof that torch runs what pipeplan planned: every family (and the optimizer's schedule) is exported, loaded
-into torch's ``_PipelineScheduleRuntime`` on 2 and 4 CPU processes (gloo), and one training step of a float64
+into torch's ``_PipelineScheduleRuntime`` on 2, 3 and 4 CPU processes (gloo), and one training step of a float64
 stack of linear layers runs. Checked: (a) the loss and every parameter's gradient equal a one-process reference
 (relative tolerance 1e-6); (b) the order in which each rank ran F, I/B and W equals pipeplan's order for it.
 
@@ -33,11 +33,12 @@ MATRIX = [
     ("interleaved-1f1b", 2, "loop", False),
     ("interleaved-1f1b", 2, "loop", True),
     ("interleaved-zb", 2, "loop", True),
+    ("interleaved-zb", 3, "loop", True),
     ("zb-v", 2, "v", True),
     ("dualpipe-v", 2, "v", True),
     ("optimal", 2, "v", True),
 ]
-RANKS = [2, 4]
+RANKS = [2, 3, 4]
 
 
 def job(p: int, name: str, v: int, placement: str, split: bool) -> TorchJob:
