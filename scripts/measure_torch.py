@@ -120,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['schedule']:>8}: simulated {row['simulated_step_ms']:8.1f} ms, measured "
               f"{row['measured_step_ms']:8.1f} ms, step error {row['step_error_pct']:+.1f} %, op start error "
               f"mean {row['mean_abs_start_error_ms']:.1f} ms, max {row['max_abs_start_error_ms']:.1f} ms")
-    print(f"wrote {args.out / 'measure_torch.csv'}, measure_torch_ops.csv, measure_torch_profile.csv")
+    shown = args.out.resolve()
+    shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown
+    print(f"wrote {shown}/measure_torch.csv, measure_torch_ops.csv, measure_torch_profile.csv")
     return 0
 
 
