@@ -20,7 +20,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -87,7 +87,6 @@ class TorchRun:
     step_time: float
     """Seconds from the first action's start to the last action's end, on any rank."""
     torch_version: str = ""
-    notes: list[str] = field(default_factory=list)
 
 
 def _build_stages(torch: Any, job: TorchJob) -> list[Any]:
