@@ -143,7 +143,7 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
     for key in _REQUIRED:
         if key not in kwargs:
             raise ConfigError(f"pipeline.{key} is missing; add it under 'pipeline:' (a whole number >= 1)")
-    problem = Problem(**kwargs)
+    problem = Problem.build(**kwargs)
     solver = SolverSettings(**_section(data, "solver", [f for f in SolverSettings.__dataclass_fields__]))
     units_raw = _section(data, "units", ["time", "memory"])
     for key, value in units_raw.items():

@@ -100,7 +100,7 @@ class _Reader:
         if a.stage >= problem.num_model_stages:
             raise self.fail(a.row, a.column, a.cell, f"names stage {a.stage}, but the config has "
                             f"{problem.num_model_stages} model stages (pipeline.num_stages x num_chunks = "
-                            f"{problem.num_stages} x {problem.num_chunks}); stages are numbered from 0")
+                            f"{problem.num_devices} x {problem.num_chunks}); stages are numbered from 0")
         if a.microbatch >= problem.num_microbatches:
             raise self.fail(a.row, a.column, a.cell, f"names microbatch {a.microbatch}, but the config has "
                             f"pipeline.num_microbatches: {problem.num_microbatches}; microbatches are numbered "
@@ -123,9 +123,9 @@ class _Reader:
                 raise self.fail(a.row, a.column, a.cell, f"puts stage {a.stage} on rank {a.row - 1}, but row "
                                 f"{first.row} (rank {first.row - 1}) already runs it ({first.cell!r}); a stage "
                                 "lives on one rank")
-        if len(rows) != problem.num_stages:
+        if len(rows) != problem.num_devices:
             raise ConfigError(f"{self.source} has {len(rows)} rows (one per rank), but the config has "
-                              f"pipeline.num_stages: {problem.num_stages}; give a file for that many ranks or "
+                              f"pipeline.num_stages: {problem.num_devices}; give a file for that many ranks or "
                               "change the config")
         seen: dict[Op, _Action] = {}  # keyed by op: the action that ran it
         orders: list[list[Op]] = [[] for _ in rows]

@@ -176,8 +176,8 @@ def _run_job(torch: Any, rank: int, job: TorchJob, folder: Path, index: int) -> 
                               device=torch.device("cpu"), input_args=(example,))
         costs = {}
         if job.time_scale > 0:
-            b, w = problem.backward_per_stage[s], problem.backward_weight_per_stage[s]
-            costs = {"F": problem.forward_per_stage[s] * job.time_scale, "I": b * job.time_scale,
+            b, w = problem.backward[s], problem.backward_weight[s]
+            costs = {"F": problem.forward[s] * job.time_scale, "I": b * job.time_scale,
                      "W": w * job.time_scale, "B": (b + w) * job.time_scale}
         _record(stage, s, log, costs)
         stages.append(stage)
@@ -236,14 +236,14 @@ def _ops_of(problem: Problem, kind: str, stage: int, microbatch: int) -> list[Op
 def run_in_torch(jobs: Sequence[TorchJob]) -> list[TorchRun]:
     """Run every job, in turn, in one process group of as many CPU processes as the jobs have ranks.
 
-    All jobs must have the same ``num_stages``. Raises :class:`TorchMissing` without torch, and
+    All jobs must have the same ``num_devices``. Raises :class:`TorchMissing` without torch, and
     ``RuntimeError`` (torch's) when a rank fails.
     """
     torch = import_torch()
     if not jobs:
         return []
-    num_ranks = jobs[0].problem.num_stages
-    if any(job.problem.num_stages != num_ranks for job in jobs):
+    num_ranks = jobs[0].problem.num_devices
+    if any(job.problem.num_devices != num_ranks for job in jobs):
         raise ConfigError("every job of one run needs the same pipeline.num_stages (one process per rank)")
     import multiprocessing
 

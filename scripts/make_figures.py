@@ -102,7 +102,7 @@ def solve_model(config: Config, out: Path, png: bool, time_limit: float | None) 
                 run = Path(tmp) / "run"
                 write_results(run, summary, timelines,
                               extra=lambda f: (f / REPORT_NAME).write_text(render_folder(f), encoding="utf-8"))
-                devices = config.problem.num_stages
+                devices = config.problem.num_devices
                 height = 1250 + 2 * (190 + 40 * devices) + (200 + 120 * devices) + 500
                 screenshot(run / REPORT_NAME, folder / "report.png", height)
 
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(solve_model(load_config(MODELS / f"{name}.yaml"), out / name, not args.no_png, args.time_limit))
     if args.frontier:
         config = load_config(MODELS / f"{args.frontier}.yaml")
-        budgets = FRONTIER_BUDGETS.get(args.frontier) or [config.problem.budget_per_device[0] * k / 4  # type: ignore[index]
+        budgets = FRONTIER_BUDGETS.get(args.frontier) or [config.problem.budget[0] * k / 4  # type: ignore[index]
                                                           for k in range(2, 9)]
         print(sweep_model(config, budgets, out / f"frontier-{args.frontier}", not args.no_png, args.time_limit))
     return 0

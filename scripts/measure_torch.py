@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                             "measured_end_ms": round(measured_end, 3)})
             per_stage[(op.stage, op.kind.value)].append(measured_end - measured_start)
         rows.append({
-            "schedule": schedule.name, "ranks": problem.num_stages, "microbatches": problem.num_microbatches,
+            "schedule": schedule.name, "ranks": problem.num_devices, "microbatches": problem.num_microbatches,
             "unit_ms": args.unit_ms, "peak_memory": metrics.peak_memory,
             "simulated_step_ms": round(simulated_ms, 2), "measured_step_ms": round(measured_ms, 2),
             "step_error_pct": round(100 * (measured_ms - simulated_ms) / simulated_ms, 2),
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                      for kind in (OpKind.F, OpKind.B, OpKind.W)]
             file.write(f"{s}," + ",".join(f"{m:.4f}" for m in means) + "\n")
 
-    print(f"torch {torch.__version__}, {problem.num_stages} ranks (gloo, CPU), {problem.num_microbatches} "
+    print(f"torch {torch.__version__}, {problem.num_devices} ranks (gloo, CPU), {problem.num_microbatches} "
           f"microbatches, 1 unit = {args.unit_ms:g} ms, median of {args.repeats} steps")
     for row in rows:
         print(f"{row['schedule']:>8}: simulated {row['simulated_step_ms']:8.1f} ms, measured "

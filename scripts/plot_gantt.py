@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
     # The seed's costs (F 1, B 2) on a pipeline small enough to read every op.
-    problem = Problem(num_stages=4, num_microbatches=8, forward=1.0, backward=2.0)
+    problem = Problem.build(num_stages=4, num_microbatches=8, forward=1.0, backward=2.0)
     timelines = [simulate(problem, generate(name, problem)) for name in LABELS]
     titles = []
     for name, timeline in zip(LABELS, timelines):

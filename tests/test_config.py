@@ -47,24 +47,24 @@ def test_seed_config_is_the_seed_problem() -> None:
     config = load_config(SEED)
     problem = config.problem
     assert config.name == "seed-8x64"
-    assert (problem.num_stages, problem.num_microbatches, problem.num_chunks) == (8, 64, 1)
-    assert problem.forward_per_stage == (1.0,) * 8
-    assert problem.backward_per_stage == (2.0,) * 8
+    assert (problem.num_devices, problem.num_microbatches, problem.num_chunks) == (8, 64, 1)
+    assert problem.forward == (1.0,) * 8
+    assert problem.backward == (2.0,) * 8
     assert not problem.split_backward
-    assert problem.comm_per_stage == (0.0,) * 8
-    assert problem.activation_per_stage == (1.0,) * 8
-    assert problem.budget_per_device == (8.0,) * 8
+    assert problem.comm == (0.0,) * 8
+    assert problem.activation == (1.0,) * 8
+    assert problem.budget == (8.0,) * 8
 
 
 def test_per_stage_lists_units_and_split_backward() -> None:
     config = load_config(CONFIGS / "good-per-stage-split.yaml")
     problem = config.problem
     assert config.name == "uneven-4x12"
-    assert problem.forward_per_stage == (1.2, 1.0, 1.0, 1.4)
-    assert problem.backward_weight_per_stage == (0.9, 0.8, 0.8, 1.0)
+    assert problem.forward == (1.2, 1.0, 1.0, 1.4)
+    assert problem.backward_weight == (0.9, 0.8, 0.8, 1.0)
     assert problem.split_backward
-    assert problem.weight_activation_per_stage == (0.5,) * 4
-    assert problem.budget_per_device == (8, 8, 6, 5)
+    assert problem.weight_activation == (0.5,) * 4
+    assert problem.budget == (8, 8, 6, 5)
     assert (config.units.time, config.units.memory) == ("ms", "GiB")
 
 
@@ -72,9 +72,9 @@ def test_defaults_and_name_from_file_stem() -> None:
     config = load_config(CONFIGS / "good-minimal.yaml")
     problem = config.problem
     assert config.name == "good-minimal"
-    assert problem.forward_per_stage == (1.0,) * 3
-    assert problem.backward_per_stage == (2.0,) * 3
-    assert problem.budget_per_device is None
+    assert problem.forward == (1.0,) * 3
+    assert problem.backward == (2.0,) * 3
+    assert problem.budget is None
     assert config.solver.objective == "makespan"
     assert (config.units.time, config.units.memory) == ("units", "slots")
 

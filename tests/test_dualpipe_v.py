@@ -121,8 +121,8 @@ def uneven_problems(draw: st.DrawFn) -> Problem:
 @given(problem=uneven_problems())
 def test_property_valid_and_feasible_exactly_when_within_budget(problem: Problem) -> None:
     _, metrics = replay(problem)
-    if problem.budget_per_device is None:
+    if problem.budget is None:
         assert metrics.feasible
     else:
-        over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget_per_device)]
+        over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget)]
         assert metrics.feasible == (not any(over))

@@ -7,7 +7,7 @@ from pathlib import Path
 from pipeplan import OpKind, Problem, generate, memory_timeline, simulate
 from pipeplan.report.figures import KIND_COLOURS, compare, gantt, memory_figure, save
 
-SPLIT = Problem(num_stages=3, num_microbatches=4, forward=1.0, backward=1.5, backward_weight=0.5, comm=0.25,
+SPLIT = Problem.build(num_stages=3, num_microbatches=4, forward=1.0, backward=1.5, backward_weight=0.5, comm=0.25,
                 activation=2.0, weight_activation=0.5, budget=5)
 
 
@@ -35,7 +35,7 @@ def test_memory_figure_follows_the_memory_timeline() -> None:
     timeline = simulate(SPLIT, generate("gpipe", SPLIT))
     fig = memory_figure(timeline)
     steps = memory_timeline(timeline)
-    assert len(fig.data) == SPLIT.num_stages
+    assert len(fig.data) == SPLIT.num_devices
     for device, trace in enumerate(fig.data):
         assert list(trace.x[:-1]) == [t for t, _ in steps[device]]
         assert list(trace.y[:-1]) == [level for _, level in steps[device]]
@@ -44,15 +44,15 @@ def test_memory_figure_follows_the_memory_timeline() -> None:
     # GPipe fits 2 microbatches of 2 per flush in a budget of 5: the peak is 4 on every device.
     assert [max(trace.y) for trace in fig.data] == [4, 4, 4]
     budget_lines = [shape for shape in fig.layout.shapes if shape.y0 == shape.y1 == 5]
-    assert len(budget_lines) == SPLIT.num_stages
+    assert len(budget_lines) == SPLIT.num_devices
 
 
 def test_compare_stacks_gantt_and_memory_rows(tmp_path: Path) -> None:
-    problem = Problem(num_stages=4, num_microbatches=8)
+    problem = Problem.build(num_stages=4, num_microbatches=8)
     timelines = [simulate(problem, generate(name, problem)) for name in ("gpipe", "1f1b")]
     fig = compare(timelines, ["GPipe", "1F1B"], title="two schedules")
     kinds_per_row = 2  # F and B, unsplit
-    assert len(fig.data) == 2 * (kinds_per_row + problem.num_stages)
+    assert len(fig.data) == 2 * (kinds_per_row + problem.num_devices)
     peaks = [max(max(trace.y) for trace in fig.data[start:start + 4]) for start in (2, 8)]
     assert peaks == [8, 4]
     written = save(fig, tmp_path / "sub" / "cmp", png=False)
@@ -61,6 +61,6 @@ def test_compare_stacks_gantt_and_memory_rows(tmp_path: Path) -> None:
 
 
 def test_large_gantt_drops_microbatch_labels() -> None:
-    problem = Problem(num_stages=2, num_microbatches=40)
+    problem = Problem.build(num_stages=2, num_microbatches=40)
     fig = gantt(simulate(problem, generate("1f1b", problem)))
     assert all(trace.text is None for trace in fig.data)

@@ -165,12 +165,12 @@ def test_chromium_draws_every_figure_offline(folder: Path, tmp_path: Path) -> No
         assert "js-plotly-plot" in opening, f"{fid} was not plotted"
         assert segment.count('class="main-svg"') >= 2, f"{fid} has no drawn svg"
     problem = results.config.problem
-    num_ops = problem.num_stages * problem.num_microbatches * len(problem.kinds)
+    num_ops = problem.num_devices * problem.num_microbatches * len(problem.kinds)
     for name in ("optimal", "1f1b"):  # a drawn bar per op
         assert segments[f"gantt-{name}"].count('class="point"') == num_ops
     # One memory line per device for each schedule drawn in full, and a bar per schedule.
     shown = sum(fid.startswith("gantt-") for fid in ids)
-    assert segments["memory"].count('class="trace scatter') == shown * problem.num_stages
+    assert segments["memory"].count('class="trace scatter') == shown * problem.num_devices
     assert segments["utilization"].count('class="point"') == len(results.summary["schedules"])
 
     ARTIFACTS.mkdir(exist_ok=True)

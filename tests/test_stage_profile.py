@@ -23,10 +23,10 @@ def write_config(folder: Path, costs: str, pipeline: str = "num_stages: 4, num_m
 def test_profile_per_device_gives_the_costs(tmp_path: Path) -> None:
     (tmp_path / "stages.csv").write_text(PROFILE, encoding="utf-8")
     problem = load_config(write_config(tmp_path, "profile: stages.csv, comm: 0.05")).problem
-    assert problem.forward_per_stage == (1.2, 1.0, 1.0, 1.4)
-    assert problem.backward_per_stage == (1.1, 1.0, 1.0, 1.3)
-    assert problem.backward_weight_per_stage == (0.9, 0.8, 0.8, 1.0)
-    assert problem.comm_per_stage == (0.05,) * 4
+    assert problem.forward == (1.2, 1.0, 1.0, 1.4)
+    assert problem.backward == (1.1, 1.0, 1.0, 1.3)
+    assert problem.backward_weight == (0.9, 0.8, 0.8, 1.0)
+    assert problem.comm == (0.05,) * 4
 
 
 def test_profile_path_is_relative_to_the_config_not_the_working_directory(tmp_path: Path,
@@ -35,7 +35,7 @@ def test_profile_path_is_relative_to_the_config_not_the_working_directory(tmp_pa
     (tmp_path / "data" / "stages.csv").write_text(PROFILE, encoding="utf-8")
     config = write_config(tmp_path, "profile: data/stages.csv")
     monkeypatch.chdir(tmp_path / "data")
-    assert load_config(config).problem.forward_per_stage[3] == 1.4
+    assert load_config(config).problem.forward[3] == 1.4
 
 
 def test_profile_per_model_stage_with_chunks_and_without_weight_column(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_profile_per_model_stage_with_chunks_and_without_weight_column(tmp_path:
     (tmp_path / "stages.csv").write_text("stage,forward,backward\n" + rows, encoding="utf-8")
     problem = load_config(write_config(tmp_path, "profile: stages.csv",
                                        "num_stages: 2, num_microbatches: 4, num_chunks: 2, placement: v")).problem
-    assert problem.forward_per_stage == pytest.approx((1.0, 1.1, 1.2, 1.3))
+    assert problem.forward == pytest.approx((1.0, 1.1, 1.2, 1.3))
     assert not problem.split_backward
 
 

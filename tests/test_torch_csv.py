@@ -64,7 +64,7 @@ def test_every_family_is_exported() -> None:
 def test_export_reads_back_to_the_same_orders(label: str, problem: Problem, schedule: Schedule) -> None:
     text = to_torch_csv(problem, schedule)
     rows = text.splitlines()
-    assert len(rows) == problem.num_stages
+    assert len(rows) == problem.num_devices
     kinds = {cell[len(cell.rstrip("0123456789")) - 1] for row in rows for cell in row.split(",")}
     assert kinds == ({"F", "I", "W"} if problem.split_backward else {"F", "B"})
     assert from_torch_csv(problem, text, name=schedule.name).orders == schedule.orders
@@ -149,7 +149,7 @@ def _runtime(problem: Problem) -> Any:
     from torch.distributed.pipelining.stage import PipelineStage
 
     stage = mock.create_autospec(PipelineStage, instance=True)
-    stage.group_rank, stage.group_size, stage.submod = 0, problem.num_stages, None
+    stage.group_rank, stage.group_size, stage.submod = 0, problem.num_devices, None
     stage.num_stages = problem.num_model_stages
     return schedules._PipelineScheduleRuntime([stage, stage], problem.num_microbatches)
 
@@ -166,7 +166,7 @@ def test_round_trip_through_torch(label: str, problem: Problem, schedule: Schedu
     runtime = _runtime(problem)
     runtime._load_csv(str(path), format="compute_only")
     assert runtime.stage_index_to_group_rank == {s: problem.device_of(s) for s in range(problem.num_model_stages)}
-    written = [",".join(str(a) for a in runtime.pipeline_order[r]) for r in range(problem.num_stages)]
+    written = [",".join(str(a) for a in runtime.pipeline_order[r]) for r in range(problem.num_devices)]
     assert written == text.splitlines()
     dumped = tmp_path / "dump.csv"
     runtime._dump_csv(str(dumped), format="compute_only")

@@ -89,8 +89,8 @@ def gantt(
         barmode="overlay",
         uniformtext={"minsize": 7, "mode": "hide"},
         xaxis={"title": f"time ({time_unit})"},
-        yaxis=_device_axis(timeline.problem.num_stages),
-        height=140 + 40 * timeline.problem.num_stages,
+        yaxis=_device_axis(timeline.problem.num_devices),
+        height=140 + 40 * timeline.problem.num_devices,
     )
     return fig
 
@@ -122,10 +122,10 @@ def memory_figure(
 ) -> go.Figure:
     """Live activation memory over time, one panel per device, with the device's budget as a dashed line."""
     problem = timeline.problem
-    num_devices = problem.num_stages
+    num_devices = problem.num_devices
     fig = make_subplots(rows=num_devices, cols=1, shared_xaxes=True, vertical_spacing=0.02,
                         subplot_titles=[_device_label(d) for d in range(num_devices)])
-    budget = problem.budget_per_device
+    budget = problem.budget
     for device, trace in enumerate(memory_traces(timeline, show_legend=False)):
         fig.add_trace(trace, row=device + 1, col=1)
         if budget is not None:
@@ -146,7 +146,7 @@ def compare(
 ) -> go.Figure:
     """Schedules stacked on one time axis: for each, its Gantt chart and, below it, memory per device."""
     assert len(timelines) == len(titles) and timelines
-    num_devices = max(t.problem.num_stages for t in timelines)
+    num_devices = max(t.problem.num_devices for t in timelines)
     subplot_titles = []
     for name in titles:
         subplot_titles += [name, "live activation memory per device"]
@@ -157,10 +157,10 @@ def compare(
         gantt_row, memory_row = 2 * k + 1, 2 * k + 2
         for trace in gantt_traces(timeline, show_legend=k == 0):
             fig.add_trace(trace, row=gantt_row, col=1)
-        fig.update_yaxes(row=gantt_row, col=1, **_device_axis(timeline.problem.num_stages))
+        fig.update_yaxes(row=gantt_row, col=1, **_device_axis(timeline.problem.num_devices))
         for trace in memory_traces(timeline, show_legend=k == 0):
             fig.add_trace(trace, row=memory_row, col=1)
-        budget = timeline.problem.budget_per_device
+        budget = timeline.problem.budget
         if budget is not None:
             for level in sorted(set(budget)):
                 fig.add_hline(y=level, line={"dash": "dash", "color": "grey"}, row=memory_row, col=1,
@@ -199,11 +199,11 @@ def memory_per_device(
     """
     assert timelines
     problem = timelines[0].problem
-    num_devices = problem.num_stages
+    num_devices = problem.num_devices
     colours = schedule_colours([t.schedule.name for t in timelines])
     fig = make_subplots(rows=num_devices, cols=1, shared_xaxes=True, vertical_spacing=0.25 / num_devices,
                         subplot_titles=[_device_label(d) for d in range(num_devices)])
-    budget = problem.budget_per_device
+    budget = problem.budget
     # The optimizer's line goes last, on top: it often coincides with a named schedule's.
     for timeline in sorted(timelines, key=lambda t: t.schedule.name == "optimal"):
         name = timeline.schedule.name

@@ -165,17 +165,17 @@ def config_record(name: str, problem: Problem, settings: SolverSettings, units: 
     command-line overrides. Saving it as YAML gives a config that reproduces the run.
     """
     v = problem.num_chunks
-    budget = problem.budget_per_device
+    budget = problem.budget
     return {
         "name": name,
-        "pipeline": {"num_stages": problem.num_stages, "num_microbatches": problem.num_microbatches,
+        "pipeline": {"num_stages": problem.num_devices, "num_microbatches": problem.num_microbatches,
                      "num_chunks": v, "placement": problem.placement},
-        "costs": {"forward": _per_stage(problem.forward_per_stage, v),
-                  "backward": _per_stage(problem.backward_per_stage, v),
-                  "backward_weight": _per_stage(problem.backward_weight_per_stage, v),
-                  "comm": _per_stage(problem.comm_per_stage, v)},
-        "memory": {"activation": _per_stage(problem.activation_per_stage, v),
-                   "weight_activation": _per_stage(problem.weight_activation_per_stage, v),
+        "costs": {"forward": _per_stage(problem.forward, v),
+                  "backward": _per_stage(problem.backward, v),
+                  "backward_weight": _per_stage(problem.backward_weight, v),
+                  "comm": _per_stage(problem.comm, v)},
+        "memory": {"activation": _per_stage(problem.activation, v),
+                   "weight_activation": _per_stage(problem.weight_activation, v),
                    **({} if budget is None else {"budget": _per_stage(budget, 1)})},
         "solver": asdict(settings),
         "units": asdict(units),
@@ -207,7 +207,7 @@ def _timeline_from_record(problem: Problem, name: str, flushes: int, record: Any
     """Rebuild a replayed schedule from its ops file and check that replaying its orders gives the same times."""
     if not isinstance(record, dict) or not isinstance(record.get("ops"), list):
         raise ConfigError(f"{path} must hold an object with a list 'ops'")
-    orders: list[list[Op]] = [[] for _ in range(problem.num_stages)]
+    orders: list[list[Op]] = [[] for _ in range(problem.num_devices)]
     times: dict[Op, tuple[float, float]] = {}  # keyed by op: (start, end) as written
     try:
         for item in record["ops"]:

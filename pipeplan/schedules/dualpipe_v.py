@@ -39,7 +39,7 @@ class _RankOrder:
 
     def __init__(self, problem: Problem, rank: int) -> None:
         self.problem = problem
-        self.stages = (rank, 2 * problem.num_stages - 1 - rank)  # model stage of chunk 0 and chunk 1
+        self.stages = (rank, 2 * problem.num_devices - 1 - rank)  # model stage of chunk 0 and chunk 1
         self.next_forward = [0, 0]
         self.next_backward = [0, 0]
         self.owed_w: deque[tuple[int, int]] = deque()  # (chunk, microbatch), oldest first, both chunks
@@ -73,7 +73,7 @@ class _RankOrder:
 
 def rank_order(problem: Problem, rank: int) -> list[Op]:
     """Rank ``rank``'s DualPipeV order (see the module docstring for the rule)."""
-    p = problem.num_stages
+    p = problem.num_devices
     n = max(problem.num_microbatches, 2 * p)
     build = _RankOrder(problem, rank)
     for _ in range(2 * (p - rank - 1)):
@@ -120,4 +120,4 @@ def dualpipe_v(problem: Problem) -> Schedule:
             f"{problem.num_chunks}, placement {problem.placement!r}, "
             f"{'split' if problem.split_backward else 'unsplit'} backward); set " + ", ".join(fixes)
         )
-    return Schedule.from_lists("dualpipe-v", [rank_order(problem, r) for r in range(problem.num_stages)])
+    return Schedule.from_lists("dualpipe-v", [rank_order(problem, r) for r in range(problem.num_devices)])

@@ -44,7 +44,7 @@ RULES: tuple[GreedyRule, ...] = tuple(
 
 
 def _in_flight_cap(problem: Problem, device: int, cap: str) -> int:
-    depth = problem.num_stages - device
+    depth = problem.num_devices - device
     if cap == "1f1b":
         return depth
     if cap == "2x":
@@ -58,19 +58,17 @@ class _ListScheduler:
     def __init__(self, problem: Problem, rule: GreedyRule) -> None:
         self.problem = problem
         self.priority = _PRIORITIES[rule.priority]
-        devices = range(problem.num_stages)
+        devices = range(problem.num_devices)
         self.cap = [_in_flight_cap(problem, d, rule.cap) for d in devices]
         self.first_stage = [min(problem.stages_on_device(d)) for d in devices]
         # Memory a microbatch needs on a device across all its chunks, reserved when it enters the device so
         # that its later chunks can never be locked out by newer microbatches.
-        self.per_microbatch = [
-            sum(problem.activation_per_stage[s] for s in problem.stages_on_device(d)) for d in devices
-        ]
-        budget = problem.budget_per_device
-        self.budget = [float("inf")] * problem.num_stages if budget is None else list(budget)
-        self.committed = [0.0] * problem.num_stages
-        self.in_flight = [0] * problem.num_stages
-        self.free_at = [0.0] * problem.num_stages
+        self.per_microbatch = [problem.footprint(d) for d in devices]
+        budget = problem.budget
+        self.budget = [float("inf")] * problem.num_devices if budget is None else list(budget)
+        self.committed = [0.0] * problem.num_devices
+        self.in_flight = [0] * problem.num_devices
+        self.free_at = [0.0] * problem.num_devices
         # ready[d]: (ready time, op) of ops on device d whose dependency has ended.
         self.ready: list[list[tuple[float, Op]]] = [[] for _ in devices]
         # successors[op]: ops that wait for op; keyed by op.
@@ -109,14 +107,11 @@ class _ListScheduler:
         self.orders[device].append(op)
         self.free_at[device] = end
         s = op.stage
-        act, wact = problem.activation_per_stage[s], problem.weight_activation_per_stage[s]
         if op.kind is OpKind.F and s == self.first_stage[device]:
             self.committed[device] += self.per_microbatch[device]
             self.in_flight[device] += 1
-        elif op.kind is OpKind.B:
-            heapq.heappush(self.releases[device], (end, act - wact if problem.split_backward else act))
-        elif op.kind is OpKind.W:
-            heapq.heappush(self.releases[device], (end, wact))
+        elif op.kind is not OpKind.F:
+            heapq.heappush(self.releases[device], (end, problem.released_by(op.kind, s)))
         if op.kind is OpKind.B and s == self.first_stage[device]:
             self.in_flight[device] -= 1
         for succ, lag in self.successors.get(op, []):
@@ -133,11 +128,11 @@ class _ListScheduler:
             now, _ = heapq.heappop(events)
             while events and events[0][0] <= now:
                 heapq.heappop(events)
-            for device in range(problem.num_stages):
+            for device in range(problem.num_devices):
                 releases = self.releases[device]
                 while releases and releases[0][0] <= now:
                     self.committed[device] -= heapq.heappop(releases)[1]
-            for device in range(problem.num_stages):
+            for device in range(problem.num_devices):
                 while self.free_at[device] <= now:
                     op = self._pick(device, now)
                     if op is None:
@@ -147,7 +142,7 @@ class _ListScheduler:
                     heapq.heappush(events, (end, next(counter)))
                     for _, succ_lag in self.successors.get(op, []):
                         heapq.heappush(events, (end + succ_lag, next(counter)))
-            for device in range(problem.num_stages):
+            for device in range(problem.num_devices):
                 future = [t for t, _ in self.ready[device] if t > now]
                 if future:
                     heapq.heappush(events, (min(future), next(counter)))

@@ -49,7 +49,7 @@ def interleaved_zero_bubble(problem: Problem) -> Schedule:
             f"{problem.num_chunks}, placement {problem.placement!r}, "
             f"{'split' if problem.split_backward else 'unsplit'} backward); set " + ", ".join(fixes)
         )
-    p, v = problem.num_stages, problem.num_chunks
+    p, v = problem.num_devices, problem.num_chunks
     table = chunk_table(p, problem.num_microbatches, v)
     total = len(table)
     orders: list[list[Op]] = []
