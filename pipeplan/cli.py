@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 
 from pipeplan import __version__
-from pipeplan.config import OBJECTIVES, Config, SolverSettings, load_config
+from pipeplan.config import MAX_SEED, MAX_WORKERS, OBJECTIVES, Config, SolverSettings, load_config
 from pipeplan.frontier import SweepProgress, frontier
 from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
@@ -188,16 +188,34 @@ def _refuse_existing(out: Path | None, force: bool) -> None:
         check_replaceable(out, force)
 
 
+class _Seconds(click.ParamType[float]):
+    """A positive, finite number of seconds (click's FloatRange lets 'nan' and 'inf' through)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (math.isfinite(seconds) and seconds > 0):
+            self.fail(f"{value!r} is not a positive, finite number of seconds", param, ctx)
+        return seconds
+
+
+_SECONDS = _Seconds()
+
+
 def _solver_options(func: F) -> F:
     """The flags every solving command shares; each overrides the config's ``solver`` section."""
     options = [
-        click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+        click.option("--time-limit", type=_SECONDS, default=None, metavar="S",
                      help="Solver time limit in seconds, per solve (overrides solver.time_limit_s)."),
         click.option("--objective", type=click.Choice(list(OBJECTIVES)), default=None,
                      help="What to minimise (overrides solver.objective)."),
-        click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+        click.option("--workers", type=click.IntRange(min=1, max=MAX_WORKERS), default=None, metavar="N",
                      help="CP-SAT search workers (overrides solver.num_workers)."),
-        click.option("--seed", "random_seed", type=click.IntRange(min=0), default=None,
+        click.option("--seed", "random_seed", type=click.IntRange(min=0, max=MAX_SEED), default=None,
                      help="CP-SAT random seed (overrides solver.random_seed)."),
     ]
     for option in reversed(options):

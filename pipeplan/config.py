@@ -16,6 +16,9 @@ import yaml
 from pipeplan.problem import ConfigError, Problem
 
 OBJECTIVES = ("makespan", "stage_span")
+# CP-SAT's own ranges for its parameters (outside them it answers MODEL_INVALID or fails to convert the value).
+MAX_WORKERS = 10_000
+MAX_SEED = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -38,10 +41,16 @@ class SolverSettings:
             0 < self.time_limit_s < float("inf")
         ):
             raise ConfigError(f"solver.time_limit_s must be a positive number of seconds, got {self.time_limit_s!r}")
-        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 1:
-            raise ConfigError(f"solver.num_workers must be a whole number >= 1, got {self.num_workers!r}")
-        if isinstance(self.random_seed, bool) or not isinstance(self.random_seed, int) or self.random_seed < 0:
-            raise ConfigError(f"solver.random_seed must be a whole number >= 0, got {self.random_seed!r}")
+        if (isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int)
+                or not 1 <= self.num_workers <= MAX_WORKERS):
+            raise ConfigError(
+                f"solver.num_workers must be a whole number from 1 to {MAX_WORKERS}, got {self.num_workers!r}"
+            )
+        if (isinstance(self.random_seed, bool) or not isinstance(self.random_seed, int)
+                or not 0 <= self.random_seed <= MAX_SEED):
+            raise ConfigError(
+                f"solver.random_seed must be a whole number from 0 to {MAX_SEED}, got {self.random_seed!r}"
+            )
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,14 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
+# The most ops (F, B and W of every microbatch on every model stage) one problem may have: about 1.5 GB and
+# half a minute to replay on one core; beyond it a replay would swap rather than answer.
+MAX_OPS = 2_000_000
+# The largest total of one step's op times and latencies, and of one device's activations of every
+# microbatch, in the config's units: far beyond any real step, and small enough that the solver's integer
+# ticks (and every sum of them) stay exact.
+MAX_TOTAL = 1e15
+
 Placement = Literal["loop", "v"]
 PLACEMENTS: tuple[Placement, ...] = ("loop", "v")
 
@@ -197,15 +205,15 @@ class Problem:
         _as_count("pipeline.num_microbatches", self.num_microbatches)
         _as_count("pipeline.num_chunks", self.num_chunks)
         _check_placement(self.placement, self.num_chunks)
-        for name in _PER_STAGE_FIELDS:
+        for name, label in _PER_STAGE_FIELDS.items():
             values = getattr(self, name)
             if len(values) != self.num_model_stages:
                 raise ConfigError(
-                    f"{name} has {len(values)} values, expected {self.num_model_stages} (one per model stage); "
+                    f"{label} has {len(values)} values, expected {self.num_model_stages} (one per model stage); "
                     "use Problem.build for per-device values"
                 )
             for value in values:
-                _check_value(name, value)
+                _check_value(label, value)
         weights = self.backward_weight
         if any(w > 0 for w in weights) and not all(w > 0 for w in weights):
             raise ConfigError(
@@ -226,6 +234,25 @@ class Problem:
         for s in range(self.num_model_stages):
             if self.forward[s] + self.backward[s] + weights[s] <= 0:
                 raise ConfigError(f"stage {s} has zero forward and backward time; give costs.forward > 0")
+        num_ops = self.num_model_stages * self.num_microbatches * len(self.kinds)
+        if num_ops > MAX_OPS:
+            most = MAX_OPS // (self.num_model_stages * len(self.kinds))
+            raise ConfigError(
+                f"this pipeline has {num_ops:,} ops per step ({self.num_model_stages} model stages x "
+                f"{self.num_microbatches} microbatches x {len(self.kinds)} kinds); pipeplan replays at most "
+                f"{MAX_OPS:,}: lower pipeline.num_microbatches to at most {most} (or use fewer stages)"
+            )
+        if self.total_time() > MAX_TOTAL:
+            raise ConfigError(
+                f"one step's op times and latencies add up to {self.total_time():.3g}, above {MAX_TOTAL:g} in the "
+                "config's time unit; express costs.* in a larger unit (e.g. ms instead of ns)"
+            )
+        held = max(self.num_microbatches * self.footprint(d) for d in range(self.num_devices))
+        if held > MAX_TOTAL:
+            raise ConfigError(
+                f"every microbatch's activations on one device add up to {held:.3g}, above {MAX_TOTAL:g} in the "
+                "config's memory unit; express memory.* in a larger unit (e.g. MiB instead of bytes)"
+            )
         if self.budget is not None:
             if len(self.budget) != self.num_devices:
                 raise ConfigError(
@@ -364,6 +391,12 @@ class Problem:
             return None
         return max(1, int(math.floor(self.budget[device] / act + 1e-9)))
 
+    def total_time(self) -> float:
+        """Every op time of one step plus every latency a microbatch crosses twice (down and back up): no
+        schedule's makespan exceeds it."""
+        ops = sum(self.forward) + sum(self.backward) + sum(self.backward_weight)
+        return self.num_microbatches * (ops + 2 * sum(self.comm))
+
     def device_work(self, device: int) -> float:
         """Total op time on ``device`` for one step."""
         return self.num_microbatches * sum(
@@ -396,7 +429,15 @@ class Problem:
         )
 
 
-_PER_STAGE_FIELDS = ("forward", "backward", "backward_weight", "comm", "activation", "weight_activation")
+# Per-stage field -> its name in a config file, which error messages use.
+_PER_STAGE_FIELDS = {
+    "forward": "costs.forward",
+    "backward": "costs.backward",
+    "backward_weight": "costs.backward_weight",
+    "comm": "costs.comm",
+    "activation": "memory.activation",
+    "weight_activation": "memory.weight_activation",
+}
 
 
 def _check_value(name: str, value: object) -> None:
@@ -404,6 +445,10 @@ def _check_value(name: str, value: object) -> None:
         raise ConfigError(f"{name} must be a finite number, got {value!r}")
     if float(value) < 0:  # type: ignore[arg-type]
         raise ConfigError(f"{name} must be >= 0, got {value!r}")
+    if float(value) > MAX_TOTAL and name != "memory.budget":  # type: ignore[arg-type]
+        raise ConfigError(
+            f"{name} ({float(value):g}) is above {MAX_TOTAL:g}; express it in a larger unit"  # type: ignore[arg-type]
+        )
 
 
 def _check_placement(placement: object, num_chunks: int) -> Placement:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -41,18 +42,57 @@ from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError, Op, OpKind, Problem
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
-from pipeplan.schedules.greedy import greedy_schedules
+from pipeplan.schedules.greedy import RULES as GREEDY_RULES
+from pipeplan.schedules.greedy import greedy_schedule
 from pipeplan.simulate import Timeline, simulate
 
-__all__ = ["FEASIBLE", "OPTIMAL", "InfeasibleBudget", "Progress", "ProgressCallback", "SolveResult",
-           "minimum_budget", "objective_of", "solve", "tick_problem", "warm_starts"]
+__all__ = ["FEASIBLE", "MAX_MODEL_OPS", "OPTIMAL", "InfeasibleBudget", "Progress", "ProgressCallback",
+           "SolveResult", "StopRequest", "minimum_budget", "objective_of", "solve", "tick_problem", "warm_starts"]
 
 log = logging.getLogger(__name__)
 
 
 # Largest power of ten tried when turning float costs into integer ticks; beyond it values are rounded.
 _MAX_SCALE_EXPONENT = 6
+# The largest tick count any sum in the model may reach; problems are validated to stay far below it.
+_MAX_TICKS = 2**53
 _EPS = 1e-9
+
+
+# The most ops a CP-SAT model is built for. Beyond it building the model alone takes tens of seconds and the
+# search rarely improves on the warm starts within minutes; the best warm start is returned with its bound.
+MAX_MODEL_OPS = 100_000
+
+
+class StopRequest:
+    """Ask a running :func:`solve` (from a signal handler or another thread) to end its search now and return
+    the best schedule found so far; once requested, later solves given the same request do not search."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._solvers: list[cp_model.CpSolver] = []
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    def request(self) -> None:
+        """End the current search (safe to call from a signal handler: it only sets flags)."""
+        self._event.set()
+        with self._lock:
+            for solver in self._solvers:
+                solver.stop_search()
+
+    def _attach(self, solver: cp_model.CpSolver) -> None:
+        with self._lock:
+            self._solvers.append(solver)
+        if self.requested:
+            solver.stop_search()
+
+    def _detach(self, solver: cp_model.CpSolver) -> None:
+        with self._lock:
+            self._solvers.remove(solver)
 
 
 class InfeasibleBudget(ConfigError):
@@ -96,6 +136,15 @@ class SolveResult:
     ticks_per_unit: int
     heuristics: dict[str, float] = field(default_factory=dict)
     """Objective of every feasible warm start, keyed by its name."""
+    search: str = ""
+    """What the CP-SAT search did: its status name (OPTIMAL, FEASIBLE, UNKNOWN: stopped before it found a
+    schedule), or why it did not run (the warm start met the bound, the problem is too large for the model,
+    the time limit was spent on the warm starts, or a stop was requested)."""
+    interrupted: bool = False
+    """True when a stop request (e.g. Ctrl-C) ended the search early: the answer is the best found so far."""
+    exact_ticks: bool = True
+    """False when costs or memory are not whole at 1e-6 of their unit: CP-SAT then solved a rounded-down
+    relaxation, whose bound can sit a hair below the true optimum (a small gap that is not a real one)."""
     solver_objective: float | None = None
     """CP-SAT's own objective value (config's unit) when the order came from CP-SAT, else None."""
     solver_times: dict[Op, tuple[float, float]] | None = None
@@ -107,14 +156,19 @@ class SolveResult:
 # ---------------------------------------------------------------------------------------------- data
 
 
-def _scale_for(values: Sequence[float]) -> tuple[int, bool]:
+def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
     """The smallest power of ten that makes every value a whole number of ticks (within 1e-6 of a tick), and
-    whether one up to 10**6 does."""
+    whether one up to 10**6 does; never so large that ``total`` (the largest sum the model forms) leaves the
+    integers a float holds exactly (2**53)."""
+    largest = 0
     for exponent in range(_MAX_SCALE_EXPONENT + 1):
         scale = 10**exponent
+        if total * scale > _MAX_TICKS and exponent > 0:
+            break
+        largest = scale
         if all(abs(v * scale - round(v * scale)) <= 1e-6 for v in values):
             return scale, True
-    return 10**_MAX_SCALE_EXPONENT, False
+    return largest, False
 
 
 def _all_times(problem: Problem) -> list[float]:
@@ -130,11 +184,15 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     and memory demands are rounded down and budgets up, so every real schedule stays feasible there and its
     lower bounds stay valid; the real problem's replay decides feasibility and values either way.
     """
-    time_scale, exact_time = _scale_for(_all_times(problem))
+    time_scale, exact_time = _scale_for(_all_times(problem), problem.total_time())
     act = problem.activation
     wact = problem.weight_activation
-    budget = problem.budget
-    memory_scale, exact_memory = _scale_for([*act, *wact, *(budget or ())])
+    # A budget above what a device could ever hold (every microbatch on every chunk) constrains nothing.
+    budget = None if problem.budget is None else tuple(
+        min(b, problem.num_microbatches * problem.footprint(d)) for d, b in enumerate(problem.budget)
+    )
+    most = max(problem.num_microbatches * problem.footprint(d) for d in range(problem.num_devices))
+    memory_scale, exact_memory = _scale_for([*act, *wact, *(budget or ())], most)
     exact = exact_time and exact_memory
     if not exact:
         log.warning("costs or memory are not whole ticks at 1e-6; CP-SAT solves a rounded-down relaxation")
@@ -150,6 +208,13 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
             "smaller unit"
         )
 
+    for s in range(problem.num_model_stages):
+        if max(down([problem.forward[s], problem.backward[s], problem.backward_weight[s]], time_scale)) == 0:
+            raise ConfigError(
+                f"the costs of stage {s} (forward {problem.forward[s]:g}, backward {problem.backward[s]:g}) are "
+                f"below the solver's resolution (1e-6 of the config's unit next to costs up to "
+                f"{max(_all_times(problem)):g}); express times in a smaller unit"
+            )
     # Each release is rounded down on its own, so the ticked activation is their sum.
     held_after_b = down([problem.released_by(OpKind.B, s) for s in range(problem.num_model_stages)], memory_scale)
     held_until_w = down(wact, memory_scale)
@@ -182,13 +247,24 @@ class _Candidate:
     named: bool
 
 
-def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()) -> list[_Candidate]:
+def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = (),
+                deadline: float = math.inf) -> list[_Candidate]:
     """Every feasible heuristic schedule (and every feasible ``extra`` one), replayed on ``problem``, best
-    objective first; named schedules win ties."""
+    objective first; named schedules win ties.
+
+    The named schedules, GPipe one microbatch at a time (which fits any budget that admits a schedule) and the
+    ``extra`` ones always run; the greedy list schedulers only while ``time.monotonic()`` is before ``deadline``.
+    """
     found: list[tuple[Schedule, bool]] = [(s, True) for s in schedules.generate_applicable(problem)[0]]
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
-    found.extend((schedule, False) for schedule in greedy_schedules(problem))
     found.extend((schedule, False) for schedule in extra)
+    for rule in GREEDY_RULES:
+        if time.monotonic() >= deadline:
+            log.info("time limit reached: greedy warm starts from %s on skipped", rule.name)
+            break
+        greedy = greedy_schedule(problem, rule)
+        if greedy is not None:
+            found.append((greedy, False))
     candidates = []
     for schedule, named in found:
         try:
@@ -377,6 +453,7 @@ def solve(
     *,
     progress: ProgressCallback | None = None,
     hints: Sequence[Schedule] = (),
+    stop: StopRequest | None = None,
     objective: str | None = None,
     time_limit_s: float | None = None,
     num_workers: int | None = None,
@@ -386,15 +463,18 @@ def solve(
 
     ``settings`` says how the search runs (objective, time limit, workers, seed; defaults when None); the
     keywords ``objective``, ``time_limit_s``, ``num_workers`` and ``random_seed`` override single fields of it.
-    ``hints`` are extra warm starts (e.g. a previous answer at a smaller budget). With one worker and a fixed
-    seed the answer is reproducible. Raises :class:`InfeasibleBudget` when no schedule fits the budget at all.
+    The time limit bounds the whole call: warm starts, model and search. ``hints`` are extra warm starts (e.g. a
+    previous answer at a smaller budget); ``stop`` lets a signal handler end the search early. With one worker
+    and a fixed seed the answer is reproducible when the search ends before the time limit. Raises
+    :class:`InfeasibleBudget` when no schedule fits the budget at all.
     """
     settings = _settings(settings, objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
                          random_seed=random_seed)
     started = time.monotonic()
+    deadline = started + settings.time_limit_s
     _check_budget(problem)
     ticked, time_scale, exact = tick_problem(problem)
-    candidates = warm_starts(problem, settings.objective, extra=hints)
+    candidates = warm_starts(problem, settings.objective, extra=hints, deadline=deadline)
     if not candidates:
         raise InfeasibleBudget(
             f"no schedule fits memory.budget; raise it to at least {max(minimum_budget(problem)):g} "
@@ -402,33 +482,88 @@ def solve(
         )
     best = candidates[0]
     bound = _analytic_bound(ticked, settings.objective) / time_scale
-    if best.objective <= bound * (1 + _EPS):
-        log.info("warm start %s meets the lower bound: optimal without search", best.schedule.name)
-        return _result(problem, settings.objective, best.schedule, best.schedule.name, bound, time_scale, started,
-                       best, candidates)
+    answer = _Answer(problem, settings.objective, best, candidates, time_scale, exact, started)
+    if progress is not None:
+        progress(Progress(time.monotonic() - started, best.objective, bound))
+    skip = _reason_not_to_search(problem, best, bound, deadline, stop)
+    if skip:
+        log.info("no CP-SAT search: %s", skip)
+        return answer.result(best.schedule, best.schedule.name, bound, search=skip, stop=stop)
 
     model = _Model(ticked, settings.objective, _horizon(ticked, best.schedule, settings.objective))
     model.add_hint(simulate(ticked, best.schedule))
-    solver = _solver(settings)
+    solver = _solver(settings, deadline)
     if progress is not None:
         solver.best_bound_callback = lambda value: progress(
             Progress(time.monotonic() - started, None, value / time_scale)
         )
-    status = solver.solve(model.model, _Progress(progress, time_scale, started))
-    log.info("CP-SAT status %s in %.2f s", solver.status_name(status), solver.wall_time)
-    chosen, source, raw = best.schedule, best.schedule.name, None
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        bound = max(bound, solver.best_objective_bound / time_scale)
-        solved = _read_order(model, solver, "optimal")
-        solved_metrics = compute_metrics(simulate(problem, solved))
-        if solved_metrics.feasible and objective_of(solved_metrics, settings.objective) < best.objective * (1 - _EPS):
-            chosen, source = solved, "cp-sat"
-            raw = _solver_times(model, solver, time_scale) if exact else None
-        else:
-            log.info("the solver's order is no better than warm start %s; returning that", best.schedule.name)
-    elif status == cp_model.INFEASIBLE:
-        log.warning("CP-SAT reports the tick model infeasible; returning the best warm start")
-    return _result(problem, settings.objective, chosen, source, bound, time_scale, started, best, candidates, raw)
+    status = _run_search(solver, model, _Progress(progress, time_scale, started), stop)
+    name = solver.status_name(status)
+    log.info("CP-SAT status %s in %.2f s", name, solver.wall_time)
+    if status == cp_model.UNKNOWN:
+        return answer.result(best.schedule, best.schedule.name, bound, search=name, stop=stop)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        # The model is a relaxation that the best warm start satisfies within the horizon: INFEASIBLE or
+        # MODEL_INVALID here is a bug, never an answer to pass off as a result.
+        raise RuntimeError(f"CP-SAT answered {name} on a model that has a solution: {solver.solution_info()}")
+    bound = max(bound, solver.best_objective_bound / time_scale)
+    solved = _read_order(model, solver, "optimal")
+    solved_metrics = compute_metrics(simulate(problem, solved))
+    if solved_metrics.feasible and objective_of(solved_metrics, settings.objective) < best.objective * (1 - _EPS):
+        raw = _solver_times(model, solver, time_scale) if exact else None
+        return answer.result(solved, "cp-sat", bound, search=name, stop=stop, raw=raw)
+    log.info("the solver's order is no better than warm start %s; returning that", best.schedule.name)
+    return answer.result(best.schedule, best.schedule.name, bound, search=name, stop=stop)
+
+
+def _reason_not_to_search(problem: Problem, best: _Candidate, bound: float, deadline: float,
+                          stop: StopRequest | None) -> str:
+    """Why the CP-SAT search would be pointless or impossible, or "" when it should run."""
+    if best.objective <= bound * (1 + _EPS):
+        return f"not needed: warm start {best.schedule.name} meets the lower bound"
+    if stop is not None and stop.requested:
+        return "stopped before the search began"
+    num_ops = problem.num_model_stages * problem.num_microbatches * len(problem.kinds)
+    if num_ops > MAX_MODEL_OPS:
+        return (f"skipped: {num_ops:,} ops are more than the {MAX_MODEL_OPS:,} a CP-SAT model is built for; the "
+                "best named or greedy schedule is returned with its proven bound")
+    if time.monotonic() >= deadline:
+        return "skipped: the time limit was spent on the warm starts; raise the time limit to search"
+    return ""
+
+
+def _run_search(solver: cp_model.CpSolver, model: _Model, callback: _Progress,
+                stop: StopRequest | None) -> cp_model.CpSolverStatus:
+    """Run CP-SAT in a helper thread while this thread waits, so that Python signal handlers (which run only
+    in the main thread, between bytecodes) can stop it; CP-SAT's own SIGINT handler is off. A
+    KeyboardInterrupt raised in the wait (a second Ctrl-C) stops the search and propagates."""
+    solver.parameters.catch_sigint_signal = False
+    outcome: dict[str, Any] = {}
+
+    def search() -> None:
+        try:
+            outcome["status"] = solver.solve(model.model, callback)
+        except BaseException as exc:  # handed to the waiting thread
+            outcome["error"] = exc
+
+    if stop is not None:
+        stop._attach(solver)
+    thread = threading.Thread(target=search, name="cp-sat", daemon=True)
+    try:
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.05)
+    except BaseException:
+        solver.stop_search()
+        thread.join(5.0)
+        raise
+    finally:
+        if stop is not None:
+            stop._detach(solver)
+    if "error" in outcome:
+        raise outcome["error"]
+    status: cp_model.CpSolverStatus = outcome["status"]
+    return status
 
 
 def _settings(settings: SolverSettings | None, **overrides: Any) -> SolverSettings:
@@ -467,10 +602,10 @@ def _horizon(ticked: Problem, warm_start: Schedule, objective: str) -> int:
     return int(round(metrics.makespan if objective == "makespan" else 2 * objective_of(metrics, objective)))
 
 
-def _solver(settings: SolverSettings) -> cp_model.CpSolver:
-    """A CP-SAT solver with the run's parameters."""
+def _solver(settings: SolverSettings, deadline: float) -> cp_model.CpSolver:
+    """A CP-SAT solver with the run's parameters; its time limit is what is left until ``deadline``."""
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(settings.time_limit_s)
+    solver.parameters.max_time_in_seconds = max(0.01, deadline - time.monotonic())
     solver.parameters.num_workers = int(settings.num_workers)
     solver.parameters.random_seed = int(settings.random_seed)
     return solver
@@ -486,41 +621,47 @@ def _solver_times(model: _Model, solver: cp_model.CpSolver, time_scale: int) -> 
 _SolverTimes = tuple[float, dict[Op, tuple[float, float]]]
 
 
-def _result(
-    problem: Problem,
-    objective: str,
-    chosen: Schedule,
-    source: str,
-    bound: float,
-    time_scale: int,
-    started: float,
-    best: _Candidate,
-    candidates: list[_Candidate],
-    raw: _SolverTimes | None = None,
-) -> SolveResult:
-    """Replay the chosen order in the problem's own units and package the answer."""
-    final = Schedule(name="optimal", orders=chosen.orders, flushes=chosen.flushes)
-    timeline = simulate(problem, final)
-    metrics = compute_metrics(timeline)
-    value = objective_of(metrics, objective)
-    # The bound is proven (the tick model is the problem itself or a relaxation of it): never above a schedule.
-    assert bound <= value * (1 + 1e-9) + 1e-9, f"lower bound {bound} above a feasible schedule's {value}"
-    proof = prove(value, bound)
-    return SolveResult(
-        status=proof.status,
-        objective_name=objective,
-        objective=value,
-        lower_bound=proof.lower_bound,
-        gap=proof.gap,
-        solve_time_s=time.monotonic() - started,
-        schedule=final,
-        timeline=timeline,
-        metrics=metrics,
-        source=source,
-        best_heuristic=best.schedule.name,
-        best_heuristic_objective=best.objective,
-        ticks_per_unit=time_scale,
-        heuristics={c.schedule.name: c.objective for c in candidates},
-        solver_objective=None if raw is None else raw[0],
-        solver_times=None if raw is None else raw[1],
-    )
+@dataclass(frozen=True)
+class _Answer:
+    """What every way out of :func:`solve` shares: the problem, the warm starts and the run's clock."""
+
+    problem: Problem
+    objective: str
+    best: _Candidate
+    candidates: list[_Candidate]
+    time_scale: int
+    exact: bool
+    started: float
+
+    def result(self, chosen: Schedule, source: str, bound: float, search: str, stop: StopRequest | None,
+               raw: _SolverTimes | None = None) -> SolveResult:
+        """Replay the chosen order in the problem's own units and package the answer with its proof."""
+        final = Schedule(name="optimal", orders=chosen.orders, flushes=chosen.flushes)
+        timeline = simulate(self.problem, final)
+        metrics = compute_metrics(timeline)
+        value = objective_of(metrics, self.objective)
+        # The bound is proven (the tick model is the problem itself or a relaxation of it): never above a
+        # schedule.
+        assert bound <= value * (1 + 1e-9) + 1e-9, f"lower bound {bound} above a feasible schedule's {value}"
+        proof = prove(value, bound)
+        return SolveResult(
+            status=proof.status,
+            objective_name=self.objective,
+            objective=value,
+            lower_bound=proof.lower_bound,
+            gap=proof.gap,
+            solve_time_s=time.monotonic() - self.started,
+            schedule=final,
+            timeline=timeline,
+            metrics=metrics,
+            source=source,
+            best_heuristic=self.best.schedule.name,
+            best_heuristic_objective=self.best.objective,
+            ticks_per_unit=self.time_scale,
+            heuristics={c.schedule.name: c.objective for c in self.candidates},
+            search=search,
+            interrupted=stop is not None and stop.requested,
+            exact_ticks=self.exact,
+            solver_objective=None if raw is None else raw[0],
+            solver_times=None if raw is None else raw[1],
+        )
