@@ -20,7 +20,7 @@ from pipeplan.problem import ConfigError, Problem
 from pipeplan.schedule import Schedule
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.simulate import Timeline, simulate
-from pipeplan.solver import ProgressCallback, SolveResult, objective_of, solve
+from pipeplan.solver import ProgressCallback, SolveResult, StopRequest, objective_of, solve
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,8 @@ class Comparison:
             gap=self.optimal.gap,
             solve_time_s=self.optimal.solve_time_s,
             source=self.optimal.source,
+            search=self.optimal.search,
+            interrupted=self.optimal.interrupted,
         )
         rows.append(opt)
         return rows
@@ -184,6 +186,7 @@ class Comparison:
             "skipped": self.skipped,
             "chosen": self.chosen,
             "other_layouts": self.other_layouts,
+            "interrupted": self.optimal.interrupted,
         }
 
     def timelines(self) -> dict[str, Timeline]:
@@ -208,10 +211,13 @@ def compare(
     settings: SolverSettings,
     progress: ProgressCallback | None = None,
     hints: Sequence[Schedule] = (),
+    stop: StopRequest | None = None,
 ) -> Comparison:
-    """Replay every named schedule, run the optimizer, and choose the feasible schedule with the best objective."""
+    """Replay every named schedule, run the optimizer, and choose the feasible schedule with the best objective.
+
+    ``stop`` ends the optimizer's search early (its answer is then the best found so far, marked interrupted)."""
     named, skipped = evaluate_named(problem)
-    optimal = solve(problem, settings, progress=progress, hints=hints)
+    optimal = solve(problem, settings, progress=progress, hints=hints, stop=stop)
     order = {name: i for i, name in enumerate(schedules.names())}
     # (objective, is the optimizer, peak memory, simplicity, name) of every feasible schedule.
     feasible = [
