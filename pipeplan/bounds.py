@@ -68,12 +68,16 @@ def _first_forward_time(problem: Problem) -> list[float]:
     return starts
 
 
-def _round_trip(problem: Problem, stage: int) -> float:
-    """From the start of F(stage, m) to the earliest start of B(stage, m): forwards up, backwards down."""
+def _round_trips(problem: Problem) -> list[float]:
+    """Per model stage s, the least time from the start of F(s, m) to the start of B(s, m): the forwards from s
+    up to the last stage, then the backwards down to s + 1, with a link latency each way between devices.
+    Accumulated from the last stage down, so all stages cost one pass."""
     last = problem.num_model_stages - 1
-    up = sum(problem.forward[s] + problem.link_latency(s) for s in range(stage, last))
-    down = sum(problem.backward[s] + problem.link_latency(s - 1) for s in range(stage + 1, last + 1))
-    return up + problem.forward[last] + down
+    trips = [0.0] * (last + 1)
+    trips[last] = problem.forward[last]
+    for s in range(last - 1, -1, -1):
+        trips[s] = trips[s + 1] + problem.forward[s] + problem.backward[s + 1] + 2 * problem.link_latency(s)
+    return trips
 
 
 def _tail_fill(problem: Problem, stage: int, in_flight: int) -> float:
@@ -139,6 +143,7 @@ def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
     :mod:`pipeplan.solver`).
     """
     head = _first_forward_time(problem)
+    trips = _round_trips(problem)
     n = problem.num_microbatches
     bounds = []
     for d in range(problem.num_devices):
@@ -148,7 +153,7 @@ def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
         if problem.num_chunks == 1:
             (s,) = stages
             in_flight = min(n, problem.max_in_flight(d) or n)
-            window = _round_trip(problem, s)
+            window = trips[s]
             idle_head = max(0.0, window - in_flight * problem.forward[s])
             idle_tail = max(0.0, window - problem.forward[s] - _tail_fill(problem, s, in_flight))
             span += idle_head + idle_tail if n > in_flight else max(idle_head, idle_tail)
@@ -170,6 +175,15 @@ def device_end_lower_bounds(problem: Problem) -> list[float]:
     budget = problem.budget
     ends = [start + span for start, span in device_lower_bounds(problem)]
     head = _first_forward_time(problem)
+    num_stages = problem.num_model_stages
+    # below[t]: the sum over stages u < t of B(u) and the link after u; the chain of backwards from a device's
+    # lowest stage down to a lower `target` takes below[lowest] - below[target].
+    below = [0.0] * (num_stages + 1)
+    for t in range(num_stages):
+        below[t + 1] = below[t] + problem.link_latency(t) + problem.backward[t]
+    # reach[s]: the latest (end of a device's last B) + below[its lowest stage] over devices whose lowest stage
+    # is s or above; the chain from each reaches every lower stage, so a suffix maximum serves all targets.
+    reach = [-math.inf] * (num_stages + 1)
     for d in range(problem.num_devices):
         stages = problem.stages_on_device(d)
         lowest = min(stages)
@@ -182,12 +196,12 @@ def device_end_lower_bounds(problem: Problem) -> list[float]:
                 held_max = min(held_max, int(math.floor(budget[d] / min_wact + 1e-9)))
             w_max = max(problem.backward_weight[s] for s in stages)
             last_b_end = max(last_b_end, head[lowest] + problem.device_work(d) - held_max * w_max)
-        chain = last_b_end
-        for target in range(lowest, -1, -1):
-            if target < lowest:
-                chain += problem.link_latency(target) + problem.backward[target]
+        reach[lowest] = max(reach[lowest], last_b_end + below[lowest])
+    for target in range(num_stages - 1, -1, -1):
+        reach[target] = max(reach[target], reach[target + 1])
+        if reach[target] > -math.inf:
             device = problem.device_of(target)
-            ends[device] = max(ends[device], chain + problem.backward_weight[target])
+            ends[device] = max(ends[device], reach[target] - below[target] + problem.backward_weight[target])
     return ends
 
 

@@ -325,7 +325,11 @@ class Problem:
 
     @cached_property
     def _stages_by_device(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(s for s, d in enumerate(self._devices) if d == dev) for dev in range(self.num_devices))
+        """The model stages of each device, in model order."""
+        stages: list[list[int]] = [[] for _ in range(self.num_devices)]
+        for s, d in enumerate(self._devices):
+            stages[d].append(s)
+        return tuple(tuple(found) for found in stages)
 
     @property
     def num_model_stages(self) -> int:

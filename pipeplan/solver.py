@@ -263,7 +263,7 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
         if time.monotonic() >= deadline or (stop is not None and stop.requested):
             log.info("time limit reached or stop requested: greedy warm starts from %s on skipped", rule.name)
             break
-        greedy = greedy_schedule(problem, rule)
+        greedy = greedy_schedule(problem, rule, deadline)
         if greedy is not None:
             found.append((greedy, False))
     candidates = []

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
+import time
 from dataclasses import dataclass
 
 from pipeplan.metrics import MEMORY_TOLERANCE
@@ -140,42 +142,57 @@ class _ListScheduler:
             self._arrive(succ, end + lag)
         return end
 
-    def run(self, name: str) -> Schedule | None:
+    def run(self, name: str, deadline: float = math.inf) -> Schedule | None:
+        """Advance from event to event. At each time the devices something happened to (an op of theirs ended,
+        an input arrived) are looked at in device order; an input that arrives at that same time for a later
+        device is seen by it in the same sweep, as if every device were looked at in order, which is what a
+        sweep over all devices would do at a fraction of the cost. Gives up (None) once ``time.monotonic()``
+        passes ``deadline``."""
         problem = self.problem
         total = len(problem.all_ops())
         done = 0
         counter = itertools.count()
-        events: list[tuple[float, int]] = [(0.0, next(counter))]
+        # events: heap of (time, sequence, device) at which something may let the device start an op.
+        events: list[tuple[float, int, int]] = [(0.0, next(counter), d) for d in range(problem.num_devices)]
+        steps = 0
         while events:
-            now, _ = heapq.heappop(events)
+            steps += 1
+            if steps % 1024 == 0 and time.monotonic() > deadline:
+                return None
+            now = events[0][0]
+            touched: set[int] = set()
             while events and events[0][0] <= now:
-                heapq.heappop(events)
-            for device in range(problem.num_devices):
+                touched.add(heapq.heappop(events)[2])
+            for device in touched:
                 releases = self.releases[device]
                 while releases and releases[0][0] <= now:
                     self.committed[device] -= heapq.heappop(releases)[1]
-            for device in range(problem.num_devices):
+            todo = sorted(touched)  # a heap: sorted lists are heaps
+            while todo:
+                device = heapq.heappop(todo)
                 while self.free_at[device] <= now:
                     op = self._pick(device, now)
                     if op is None:
                         break
                     end = self._start(device, op, now)
                     done += 1
-                    heapq.heappush(events, (end, next(counter)))
-                    for _, succ_lag in self.successors.get(op, []):
-                        heapq.heappush(events, (end + succ_lag, next(counter)))
-            for device in range(problem.num_devices):
-                future = self.pending[device]
-                if future and future[0][0] > now:
-                    heapq.heappush(events, (future[0][0], next(counter)))
+                    heapq.heappush(events, (end, next(counter), device))
+                    for succ, lag in self.successors.get(op, []):
+                        target = problem.device_of(succ.stage)
+                        heapq.heappush(events, (end + lag, next(counter), target))
+                        if end + lag <= now and target > device and target not in touched:
+                            touched.add(target)
+                            heapq.heappush(todo, target)
         if done != total:
             return None
         return Schedule.from_lists(name, self.orders)
 
 
-def greedy_schedule(problem: Problem, rule: GreedyRule = GreedyRule()) -> Schedule | None:
-    """The list schedule of ``rule``; None if it stalls (it cannot when the budget holds one microbatch)."""
-    return _ListScheduler(problem, rule).run(rule.name)
+def greedy_schedule(problem: Problem, rule: GreedyRule = GreedyRule(),
+                    deadline: float = math.inf) -> Schedule | None:
+    """The list schedule of ``rule``; None if it stalls (it cannot when the budget holds one microbatch) or is
+    still running when ``time.monotonic()`` passes ``deadline``."""
+    return _ListScheduler(problem, rule).run(rule.name, deadline)
 
 
 def greedy_schedules(problem: Problem) -> list[Schedule]:
