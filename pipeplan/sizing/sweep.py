@@ -1,0 +1,232 @@
+"""A sweep over parallel sizes, microbatch sizes, chunks, recompute modes and schedules: a pandas DataFrame.
+
+One row per configuration and schedule. Combinations that cannot run keep a row with the reason in
+``skipped`` (and no metrics), so a user sees which constraint removed each candidate. Rows are sorted by
+tokens/s among those that fit, then those that do not fit, then the skipped ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from pipeplan.problem import ConfigError
+from pipeplan.schedule import NotApplicable
+from pipeplan.sizing.build import SPLIT_SCHEDULES, V_SCHEDULES, SizedProblem, build_problem
+from pipeplan.sizing.estimate import OPTIMAL, _replay, check_schedule, summarize
+from pipeplan.sizing.hardware import Hardware, load_hardware
+from pipeplan.sizing.models import Model, load_model
+from pipeplan.sizing.setup import RECOMPUTE_MODES, Setup, constraint_violation
+
+log = logging.getLogger(__name__)
+
+# Columns of the sweep's DataFrame, in order.
+COLUMNS = (
+    "num_gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size", "num_microbatches",
+    "num_chunks", "recompute", "schedule", "fits", "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
+    "bubble", "memory_gib", "static_memory_gib", "activation_memory_gib", "capacity_gib", "pipeline_time_s",
+    "grad_sync_exposed_s", "optimizer_s", "status", "gap", "note", "skipped",
+)
+
+
+@dataclass(frozen=True)
+class SweepProgress:
+    """How far a sweep is: configurations done out of the total, and the one just finished."""
+
+    done: int
+    total: int
+    label: str
+
+
+def _as_list(name: str, value: object) -> list[Any]:
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values:
+        raise ConfigError(f"{name} is empty; give at least one value")
+    return values
+
+
+def _label(setup: Setup) -> str:
+    return (f"tp{setup.tensor_parallel} pp{setup.pipeline_parallel} dp{setup.data_parallel} "
+            f"mbs{setup.microbatch_size} v{setup.num_chunks} {setup.recompute}")
+
+
+def _schedule_fits_layout(schedule: str, num_chunks: int) -> str | None:
+    """Why a named schedule does not apply to ``num_chunks`` per device (None when it does)."""
+    if schedule == OPTIMAL:
+        return None
+    if schedule == "interleaved-1f1b":
+        return None if num_chunks >= 2 else "interleaved-1f1b needs num_chunks >= 2"
+    if schedule in V_SCHEDULES:
+        return None if num_chunks == 2 else f"{schedule} needs num_chunks 2"
+    return None if num_chunks == 1 else f"{schedule} runs one chunk per device"
+
+
+def sweep(
+    *,
+    model: object,
+    hardware: object,
+    num_gpus: int | Sequence[int],
+    global_batch_size: int,
+    seq_len: int,
+    tensor_parallel: int | Sequence[int] = (1, 2, 4, 8),
+    pipeline_parallel: int | Sequence[int] = (1, 2, 4, 8),
+    microbatch_size: int | Sequence[int] = 1,
+    num_chunks: int | Sequence[int] = 1,
+    recompute: str | Sequence[str] = "selective",
+    schedules: str | Sequence[str] = "1f1b",
+    sequence_parallel: bool = True,
+    flash_attention: bool = True,
+    distributed_optimizer: bool = True,
+    overlap_grad_sync: bool = True,
+    balanced: bool = False,
+    time_limit_s: float = 10.0,
+    optimal_top: int | None = None,
+    num_workers: int | None = None,
+    random_seed: int = 0,
+    progress: Callable[[SweepProgress], None] | None = None,
+) -> pd.DataFrame:
+    """Estimate every combination of the search space; one row per configuration and schedule.
+
+    Each list also accepts a single value; ``num_gpus`` an int or a list, and the data-parallel size is
+    num_gpus / (tensor_parallel x pipeline_parallel). "optimal" among ``schedules`` runs CP-SAT for
+    ``time_limit_s`` seconds per configuration, on every configuration or, with ``optimal_top=K``, on the K
+    configurations whose best named schedule is fastest. Columns are :data:`COLUMNS`.
+    """
+    model_rec = load_model(model)
+    hardware_rec = load_hardware(hardware)
+    names = [str(s) for s in _as_list("schedules", schedules)]
+    for name in names:
+        check_schedule(name)
+    modes = [str(m) for m in _as_list("recompute", recompute)]
+    for mode in modes:
+        if mode not in RECOMPUTE_MODES:
+            raise ConfigError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {mode!r}")
+    space = list(itertools.product(
+        _as_list("num_gpus", num_gpus), _as_list("tensor_parallel", tensor_parallel),
+        _as_list("pipeline_parallel", pipeline_parallel), _as_list("microbatch_size", microbatch_size),
+        _as_list("num_chunks", num_chunks), modes,
+    ))
+    rows: list[dict[str, Any]] = []
+    built: list[tuple[Setup, list[str]]] = []  # configurations to replay, with their schedules
+    for gpus, tp, pp, mbs, chunks, mode in space:
+        base = {"num_gpus": gpus, "tensor_parallel": tp, "pipeline_parallel": pp, "microbatch_size": mbs,
+                "num_chunks": chunks, "recompute": mode}
+        reason, setup = _setup(model_rec, hardware_rec, gpus, tp, pp, mbs, chunks, mode, global_batch_size,
+                               seq_len, sequence_parallel, flash_attention, distributed_optimizer,
+                               overlap_grad_sync, balanced)
+        if setup is None:
+            rows.extend({**base, "schedule": name, "skipped": reason} for name in names)
+            continue
+        base.update(data_parallel=setup.data_parallel, num_microbatches=setup.num_microbatches)
+        runnable = []
+        for name in names:
+            why = _schedule_fits_layout(name, chunks)
+            if why is not None:
+                rows.append({**base, "schedule": name, "skipped": why})
+            else:
+                runnable.append(name)
+        if runnable:
+            built.append((setup, runnable))
+    total = len(built)
+    named_results: list[tuple[Setup, list[dict[str, Any]]]] = []
+    for index, (setup, runnable) in enumerate(built):
+        results = _run_named(model_rec, hardware_rec, setup, [n for n in runnable if n != OPTIMAL], balanced)
+        named_results.append((setup, results))
+        if progress is not None:
+            progress(SweepProgress(index + 1, total, _label(setup)))
+    chosen = _optimal_targets(named_results, optimal_top, [r for _, r in built])
+    for (setup, results), (_, runnable) in zip(named_results, built):
+        if OPTIMAL in runnable:
+            if id(setup) in chosen:
+                results.append(_run_optimal(model_rec, hardware_rec, setup, balanced, time_limit_s, num_workers,
+                                            random_seed))
+            else:
+                results.append({**_setup_columns(setup), "schedule": OPTIMAL,
+                                "skipped": f"not among the top {optimal_top} configurations for the optimizer"})
+        rows.extend(results)
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    frame["fits"] = frame["fits"].fillna(False).astype(bool)
+    ran = frame["skipped"].isna()
+    order = frame.assign(_ran=ran, _fits=frame["fits"], _tps=frame["tokens_per_s"].fillna(-1.0))
+    order = order.sort_values(["_fits", "_ran", "_tps"], ascending=[False, False, False], kind="stable")
+    return order.drop(columns=["_ran", "_fits", "_tps"]).reset_index(drop=True)
+
+
+def _setup(model: Model, hardware: Hardware, gpus: int, tp: int, pp: int, mbs: int, chunks: int, mode: str,
+           global_batch_size: int, seq_len: int, sequence_parallel: bool, flash_attention: bool,
+           distributed_optimizer: bool, overlap_grad_sync: bool, balanced: bool) -> tuple[str, Setup | None]:
+    """(reason, None) when the combination cannot run, else ("", setup)."""
+    if gpus % (tp * pp):
+        return f"{gpus} GPUs not divisible by tensor parallel {tp} x pipeline parallel {pp}", None
+    try:
+        setup = Setup(tensor_parallel=tp, pipeline_parallel=pp, data_parallel=gpus // (tp * pp),
+                      microbatch_size=mbs, global_batch_size=global_batch_size, seq_len=seq_len, num_chunks=chunks,
+                      recompute=mode, sequence_parallel=sequence_parallel, flash_attention=flash_attention,
+                      distributed_optimizer=distributed_optimizer, overlap_grad_sync=overlap_grad_sync)
+    except ConfigError as exc:
+        return str(exc), None
+    reason = constraint_violation(model, hardware, setup, even_split=not balanced)
+    if reason is not None:
+        return reason, None
+    return "", setup
+
+
+def _setup_columns(setup: Setup) -> dict[str, Any]:
+    return {"num_gpus": setup.num_gpus, "tensor_parallel": setup.tensor_parallel,
+            "pipeline_parallel": setup.pipeline_parallel, "data_parallel": setup.data_parallel,
+            "microbatch_size": setup.microbatch_size, "num_microbatches": setup.num_microbatches,
+            "num_chunks": setup.num_chunks, "recompute": setup.recompute}
+
+
+def _row(result: dict[str, Any]) -> dict[str, Any]:
+    return {key: result[key] for key in COLUMNS if key in result}
+
+
+def _run_named(model: Model, hardware: Hardware, setup: Setup, names: Iterable[str], balanced: bool) -> list[
+        dict[str, Any]]:
+    """Rows of the named schedules on one configuration; the fused- and split-backward problems built once each."""
+    problems: dict[tuple[bool, str], SizedProblem] = {}  # keyed by (split backward, placement)
+    rows = []
+    for name in names:
+        key = (name in SPLIT_SCHEDULES, "v" if name in V_SCHEDULES else "loop")
+        try:
+            if key not in problems:
+                problems[key] = build_problem(model, hardware, setup, split_backward=key[0], placement=key[1],
+                                              balanced=balanced)
+            sized = problems[key]
+            timeline, metrics, status, gap = _replay(sized, name, 0.0, None, 0)
+        except (NotApplicable, ConfigError) as exc:
+            rows.append({**_setup_columns(setup), "schedule": name, "skipped": str(exc)})
+            continue
+        rows.append(_row(summarize(sized, setup, model, hardware, name, timeline, metrics, status, gap)))
+    return rows
+
+
+def _run_optimal(model: Model, hardware: Hardware, setup: Setup, balanced: bool, time_limit_s: float,
+                 num_workers: int | None, random_seed: int) -> dict[str, Any]:
+    try:
+        sized = build_problem(model, hardware, setup, split_backward=True, balanced=balanced)
+        timeline, metrics, status, gap = _replay(sized, OPTIMAL, time_limit_s, num_workers, random_seed)
+    except ConfigError as exc:
+        return {**_setup_columns(setup), "schedule": OPTIMAL, "skipped": str(exc)}
+    return _row(summarize(sized, setup, model, hardware, OPTIMAL, timeline, metrics, status, gap))
+
+
+def _optimal_targets(named: list[tuple[Setup, list[dict[str, Any]]]], top: int | None,
+                     runnable: list[list[str]]) -> set[int]:
+    """ids of the setups the optimizer runs on: all with "optimal" requested, or the ``top`` whose best fitting
+    named schedule has the most tokens/s."""
+    wanted = [(setup, rows) for (setup, rows), names in zip(named, runnable) if OPTIMAL in names]
+    if top is None:
+        return {id(setup) for setup, _ in wanted}
+
+    def best(rows: list[dict[str, Any]]) -> float:
+        return max((r["tokens_per_s"] for r in rows if r.get("fits")), default=-1.0)
+
+    ranked = sorted(wanted, key=lambda item: best(item[1]), reverse=True)
+    return {id(setup) for setup, rows in ranked[:top] if best(rows) > 0}
