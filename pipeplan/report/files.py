@@ -83,7 +83,7 @@ def _umask() -> int:
 
 
 # A folder holding one of these is a pipeplan result folder, which --force may replace.
-RESULT_MARKERS = ("summary.json", "frontier.csv")
+RESULT_MARKERS = ("summary.json", "frontier.csv", "sweep.csv")
 
 
 def check_replaceable(out: Path, force: bool) -> None:

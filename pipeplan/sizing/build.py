@@ -27,6 +27,14 @@ SPLIT_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "optimal")
 V_SCHEDULES = ("zb-v",)
 
 
+def default_placement(schedule: str, num_chunks: int) -> str:
+    """Where a schedule puts a device's chunks: V for zb-v, and for the optimizer with 2 chunks (so that ZB-V
+    is among its warm starts); loop otherwise."""
+    if schedule in V_SCHEDULES or (schedule == "optimal" and num_chunks == 2):
+        return "v"
+    return "loop"
+
+
 @dataclass(frozen=True)
 class SizedProblem:
     """A pipeline problem built from shapes, with the memory and time it leaves out of the pipeline."""

@@ -16,7 +16,7 @@ from pipeplan.problem import ConfigError
 from pipeplan.schedules import generate, get
 from pipeplan.simulate import Timeline, simulate
 from pipeplan.sizing import costs
-from pipeplan.sizing.build import SPLIT_SCHEDULES, V_SCHEDULES, SizedProblem, build_problem
+from pipeplan.sizing.build import SPLIT_SCHEDULES, SizedProblem, build_problem, default_placement
 from pipeplan.sizing.hardware import GIB, load_hardware
 from pipeplan.sizing.models import load_model
 from pipeplan.sizing.setup import Setup, constraint_violation
@@ -85,7 +85,8 @@ def estimate(
     ``model`` and ``hardware`` are preset names, mappings or YAML files (see :func:`load_model`,
     :func:`load_hardware`). ``schedule`` is a registered schedule name or "optimal" (CP-SAT within
     ``time_limit_s`` seconds). The zero-bubble schedules and the optimizer run a split backward (B, W); the
-    others the fused one. ``placement`` defaults to "v" for zb-v and "loop" otherwise.
+    others the fused one. ``placement`` defaults to "v" for zb-v (and for "optimal" with 2 chunks), else
+    "loop".
 
     Returns a dict with ``step_time_s``, ``tokens_per_s``, ``tflops_per_gpu`` (model FLOPs as Megatron-LM counts
     them, no recompute), ``mfu``, ``bubble`` (of the pipeline), ``memory_gib`` (peak per GPU: static state,
@@ -110,7 +111,7 @@ def estimate(
         raise ConfigError(f"this configuration cannot run: {reason}")
     sized = build_problem(
         model_rec, hardware_rec, setup, split_backward=schedule in SPLIT_SCHEDULES,
-        placement=placement or ("v" if schedule in V_SCHEDULES else "loop"),
+        placement=placement or default_placement(schedule, num_chunks),
         layers_per_stage=layers_per_stage, balanced=balanced,
     )
     timeline, metrics, status, gap = _replay(sized, schedule, time_limit_s, num_workers, random_seed)

@@ -36,9 +36,9 @@ class Hardware:
     """Per-GPU bandwidth to other nodes (InfiniBand/RoCE), GB/s each way."""
     gpus_per_node: int
     """GPUs that share the intra-node fabric; tensor parallelism stays within a node."""
-    matmul_efficiency: float = 0.75
+    matmul_efficiency: float = 0.78
     """Fraction of the peak that large matrix multiplies reach."""
-    memory_efficiency: float = 0.75
+    memory_efficiency: float = 0.53
     """Fraction of the HBM bandwidth that memory-bound kernels (norms, dropout, activations, softmax) reach."""
     link_efficiency: float = 0.75
     """Fraction of a link's bandwidth that collectives and transfers reach."""

@@ -17,7 +17,7 @@ import pandas as pd
 
 from pipeplan.problem import ConfigError
 from pipeplan.schedule import NotApplicable
-from pipeplan.sizing.build import SPLIT_SCHEDULES, V_SCHEDULES, SizedProblem, build_problem
+from pipeplan.sizing.build import SPLIT_SCHEDULES, V_SCHEDULES, SizedProblem, build_problem, default_placement
 from pipeplan.sizing.estimate import OPTIMAL, _replay, check_schedule, summarize
 from pipeplan.sizing.hardware import Hardware, load_hardware
 from pipeplan.sizing.models import Model, load_model
@@ -193,7 +193,7 @@ def _run_named(model: Model, hardware: Hardware, setup: Setup, names: Iterable[s
     problems: dict[tuple[bool, str], SizedProblem] = {}  # keyed by (split backward, placement)
     rows = []
     for name in names:
-        key = (name in SPLIT_SCHEDULES, "v" if name in V_SCHEDULES else "loop")
+        key = (name in SPLIT_SCHEDULES, default_placement(name, setup.num_chunks))
         try:
             if key not in problems:
                 problems[key] = build_problem(model, hardware, setup, split_backward=key[0], placement=key[1],
@@ -210,7 +210,8 @@ def _run_named(model: Model, hardware: Hardware, setup: Setup, names: Iterable[s
 def _run_optimal(model: Model, hardware: Hardware, setup: Setup, balanced: bool, time_limit_s: float,
                  num_workers: int | None, random_seed: int) -> dict[str, Any]:
     try:
-        sized = build_problem(model, hardware, setup, split_backward=True, balanced=balanced)
+        sized = build_problem(model, hardware, setup, split_backward=True, balanced=balanced,
+                              placement=default_placement(OPTIMAL, setup.num_chunks))
         timeline, metrics, status, gap = _replay(sized, OPTIMAL, time_limit_s, num_workers, random_seed)
     except ConfigError as exc:
         return {**_setup_columns(setup), "schedule": OPTIMAL, "skipped": str(exc)}
@@ -230,3 +231,39 @@ def _optimal_targets(named: list[tuple[Setup, list[dict[str, Any]]]], top: int |
 
     ranked = sorted(wanted, key=lambda item: best(item[1]), reverse=True)
     return {id(setup) for setup, rows in ranked[:top] if best(rows) > 0}
+
+
+# Configuration columns: one candidate of the search space.
+CANDIDATE = ("num_gpus", "tensor_parallel", "pipeline_parallel", "microbatch_size", "num_chunks", "recompute")
+# The most candidates an error message lists one by one.
+MAX_LISTED = 12
+
+
+def candidate_label(row: Any) -> str:
+    """A configuration as a short label: "64 GPUs tp4 pp8 dp2 mbs1 v2 selective"."""
+    dp = row["data_parallel"]
+    dp_text = f" dp{int(dp)}" if dp == dp and dp is not None else ""
+    return (f"{int(row['num_gpus'])} GPUs tp{int(row['tensor_parallel'])} pp{int(row['pipeline_parallel'])}"
+            f"{dp_text} mbs{int(row['microbatch_size'])} v{int(row['num_chunks'])} {row['recompute']}")
+
+
+def require_fitting(frame: pd.DataFrame) -> None:
+    """Raise :class:`ConfigError` when no row of a sweep runs within memory, saying for each candidate which
+    constraint removed it (the first schedule's reason, or why the best-running one does not fit)."""
+    if bool(frame["fits"].any()):
+        return
+    reasons: list[str] = []
+    for _, group in frame.groupby(list(CANDIDATE), sort=False):
+        ran = group[group["skipped"].isna()]
+        reason = str(ran.iloc[0]["note"]) if len(ran) else str(group.iloc[0]["skipped"])
+        reasons.append(f"{candidate_label(group.iloc[0])}: {reason}")
+    listed = "; ".join(reasons[:MAX_LISTED])
+    more = f"; and {len(reasons) - MAX_LISTED} more" if len(reasons) > MAX_LISTED else ""
+    raise ConfigError(f"no configuration of the search space runs within memory ({len(reasons)} candidates): "
+                      f"{listed}{more}")
+
+
+def best_row(frame: pd.DataFrame) -> dict[str, Any]:
+    """The fastest fitting row of a sweep (the first, as sweeps are sorted), as a dict."""
+    require_fitting(frame)
+    return dict(frame.iloc[0])
