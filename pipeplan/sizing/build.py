@@ -112,7 +112,8 @@ def _check_split(layers: Sequence[object], model: Model, num_stages: int) -> lis
 
 
 def _microseconds(value: float) -> float:
-    return round(value, 6)
+    """A time in seconds rounded to whole microseconds (the solver's resolution), at least one."""
+    return max(1e-6, round(value, 6))
 
 
 def build_problem(
@@ -153,7 +154,7 @@ def build_problem(
     forward = [_microseconds(c.forward) for c in times]
     if split_backward:
         backward = [_microseconds(c.backward) for c in times]
-        weight = [max(1e-6, _microseconds(c.weight)) for c in times]
+        weight = [_microseconds(c.weight) for c in times]
     else:
         backward = [_microseconds(c.backward + c.weight) for c in times]
         weight = [0.0] * stages
