@@ -150,7 +150,7 @@ def sweep(
                                 "skipped": f"not among the top {optimal_top} configurations for the optimizer"})
         rows.extend(results)
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    frame["fits"] = frame["fits"].fillna(False).astype(bool)
+    frame["fits"] = [value is True for value in frame["fits"]]
     ran = frame["skipped"].isna()
     order = frame.assign(_ran=ran, _fits=frame["fits"], _tps=frame["tokens_per_s"].fillna(-1.0))
     order = order.sort_values(["_fits", "_ran", "_tps"], ascending=[False, False, False], kind="stable")
