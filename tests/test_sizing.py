@@ -324,6 +324,15 @@ def test_sweep_rows_columns_order_and_skipped_reasons() -> None:
     assert (frame[frame["schedule"] == "optimal"]["status"].dropna() != "").all()
 
 
+def test_worker_processes_give_the_same_rows() -> None:
+    kwargs: dict[str, Any] = {"model": TINY, "hardware": "h100-80gb", "num_gpus": [8, 16], "global_batch_size": 32,
+                              "seq_len": 128, "tensor_parallel": [1, 2], "pipeline_parallel": [2, 4],
+                              "num_chunks": [1, 2], "schedules": ["1f1b", "zb-h1", "interleaved-1f1b", "zb-v"]}
+    one = sweep(**kwargs)
+    two = sweep(**kwargs, processes=2)
+    assert one.equals(two)
+
+
 def test_a_search_space_without_a_valid_combination_names_each_constraint() -> None:
     frame = sweep(model="llama3.1-70b", hardware="a100-40gb", num_gpus=8, global_batch_size=8, seq_len=4096,
                   tensor_parallel=[8, 3], pipeline_parallel=[1, 2])

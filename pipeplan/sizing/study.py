@@ -21,6 +21,7 @@ The format (keys are a contract; unknown keys are errors, so a typo is never sil
       distributed_optimizer: true
       overlap_grad_sync: true
       balanced: false                   # uneven layer split that minimises the slowest stage
+    processes: 2                        # worker processes replaying named schedules (default: CPUs, at most 4)
     optimizer:                          # only used when schedules has "optimal"
       time_limit_s: 10                  # per configuration
       top: 3                            # run it on the 3 configurations whose best named schedule is fastest
@@ -41,7 +42,7 @@ import yaml
 from pipeplan.problem import ConfigError
 
 _TOP_KEYS = ("name", "model", "hardware", "num_gpus", "global_batch_size", "seq_len", "search", "options",
-             "optimizer")
+             "optimizer", "processes")
 _REQUIRED = ("model", "hardware", "num_gpus", "global_batch_size", "seq_len")
 SEARCH_KEYS = ("tensor_parallel", "pipeline_parallel", "microbatch_size", "num_chunks", "recompute", "schedules")
 OPTION_KEYS = ("sequence_parallel", "flash_attention", "distributed_optimizer", "overlap_grad_sync", "balanced")
@@ -129,6 +130,9 @@ def study_from_dict(data: object, default_name: str = "study", base: Path | None
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ConfigError(f"optimizer.random_seed must be a whole number >= 0, got {seed!r}")
         kwargs["random_seed"] = seed
+    if "processes" in data:
+        _whole("processes", data["processes"], allow_list=False)
+    kwargs["processes"] = data.get("processes", min(4, os.cpu_count() or 1))
     name = data.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise ConfigError(f"name must be a non-empty text, got {name!r}")

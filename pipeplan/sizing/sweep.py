@@ -7,9 +7,11 @@ tokens/s among those that fit, then those that do not fit, then the skipped ones
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +90,7 @@ def sweep(
     optimal_top: int | None = None,
     num_workers: int | None = None,
     random_seed: int = 0,
+    processes: int = 1,
     progress: Callable[[SweepProgress], None] | None = None,
 ) -> pd.DataFrame:
     """Estimate every combination of the search space; one row per configuration and schedule.
@@ -95,7 +98,8 @@ def sweep(
     Each list also accepts a single value; ``num_gpus`` an int or a list, and the data-parallel size is
     num_gpus / (tensor_parallel x pipeline_parallel). "optimal" among ``schedules`` runs CP-SAT for
     ``time_limit_s`` seconds per configuration, on every configuration or, with ``optimal_top=K``, on the K
-    configurations whose best named schedule is fastest. Columns are :data:`COLUMNS`.
+    configurations whose best named schedule is fastest. ``processes`` > 1 replays the named schedules in that
+    many worker processes. Columns are :data:`COLUMNS`.
     """
     model_rec = load_model(model)
     hardware_rec = load_hardware(hardware)
@@ -133,12 +137,19 @@ def sweep(
         if runnable:
             built.append((setup, runnable))
     total = len(built)
+    jobs = [(model_rec, hardware_rec, setup, [n for n in runnable if n != OPTIMAL], balanced)
+            for setup, runnable in built]
     named_results: list[tuple[Setup, list[dict[str, Any]]]] = []
-    for index, (setup, runnable) in enumerate(built):
-        results = _run_named(model_rec, hardware_rec, setup, [n for n in runnable if n != OPTIMAL], balanced)
-        named_results.append((setup, results))
-        if progress is not None:
-            progress(SweepProgress(index + 1, total, _label(setup)))
+    with contextlib.ExitStack() as stack:
+        if processes > 1 and total > 1:
+            pool = stack.enter_context(ProcessPoolExecutor(max_workers=processes))
+            results_iter: Iterable[list[dict[str, Any]]] = pool.map(_run_named_job, jobs, chunksize=4)
+        else:
+            results_iter = map(_run_named_job, jobs)
+        for index, ((setup, _), results) in enumerate(zip(built, results_iter)):
+            named_results.append((setup, results))
+            if progress is not None:
+                progress(SweepProgress(index + 1, total, _label(setup)))
     chosen = _optimal_targets(named_results, optimal_top, [r for _, r in built])
     for (setup, results), (_, runnable) in zip(named_results, built):
         if OPTIMAL in runnable:
@@ -150,7 +161,7 @@ def sweep(
                                 "skipped": f"not among the top {optimal_top} configurations for the optimizer"})
         rows.extend(results)
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    frame["fits"] = [value is True for value in frame["fits"]]
+    frame["fits"] = frame["fits"].astype("boolean").fillna(False).astype(bool)
     ran = frame["skipped"].isna()
     order = frame.assign(_ran=ran, _fits=frame["fits"], _tps=frame["tokens_per_s"].fillna(-1.0))
     order = order.sort_values(["_fits", "_ran", "_tps"], ascending=[False, False, False], kind="stable")
@@ -185,6 +196,11 @@ def _setup_columns(setup: Setup) -> dict[str, Any]:
 
 def _row(result: dict[str, Any]) -> dict[str, Any]:
     return {key: result[key] for key in COLUMNS if key in result}
+
+
+def _run_named_job(job: tuple[Model, Hardware, Setup, list[str], bool]) -> list[dict[str, Any]]:
+    """:func:`_run_named` on one packed job (a module-level function, so worker processes can run it)."""
+    return _run_named(*job)
 
 
 def _run_named(model: Model, hardware: Hardware, setup: Setup, names: Iterable[str], balanced: bool) -> list[
