@@ -390,7 +390,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     Example:
       pipeplan size models/size-llama3.1-70b.yaml --out results/size-llama3.1-70b
     """
-    from pipeplan.report.sizing import gain_sentence, top_table, write_size_folder
+    from pipeplan.report.sizing import gain_sentence, per_gpu_count_table, top_table, write_size_folder
     from pipeplan.sizing.study import load_study, run_study
 
     loaded = load_study(study)
@@ -401,6 +401,8 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
             write_size_folder(out, force, result, top)
     console = _console()
     console.print(top_table(f"{loaded.name}: top {top} configurations that fit", result.frame, top))
+    if result.frame["num_gpus"].nunique() > 1:
+        console.print(per_gpu_count_table("the best configuration at each GPU count", result.frame))
     console.print(gain_sentence(result.gain_label, result.baseline, result.optimal), soft_wrap=True)
     skipped = int(result.frame["skipped"].notna().sum())
     over = int((result.frame["skipped"].isna() & ~result.frame["fits"]).sum())

@@ -71,6 +71,25 @@ def top_table(title: str, frame: pd.DataFrame, top: int) -> Table:
     return table
 
 
+def best_per_gpu_count(frame: pd.DataFrame) -> pd.DataFrame:
+    """The fastest fitting row for each GPU count, fewest GPUs first."""
+    fitting = frame[frame["fits"]]
+    return fitting.sort_values("tokens_per_s", ascending=False).groupby("num_gpus", sort=True).head(1).sort_values(
+        "num_gpus")
+
+
+def per_gpu_count_table(title: str, frame: pd.DataFrame) -> Table:
+    """The best configuration at each GPU count as a rich table (tokens/s also per GPU)."""
+    table = Table(title=title, header_style="bold")
+    for _, header, _ in TOP_COLUMNS:
+        table.add_column(header, justify="left" if header in ("recompute", "schedule") else "right", no_wrap=True)
+    table.add_column("tokens/s/GPU", justify="right")
+    for _, row in best_per_gpu_count(frame).iterrows():
+        table.add_row(*[_cell(row[column], fmt) for column, _, fmt in TOP_COLUMNS],
+                      f"{row['tokens_per_s'] / row['num_gpus']:,.0f}")
+    return table
+
+
 def gain_sentence(label: str, baseline: dict[str, Any], optimal: dict[str, Any]) -> str:
     """One sentence: the optimal schedule against 1F1B on the configuration ``label``."""
     gain = optimal["tokens_per_s"] / baseline["tokens_per_s"] - 1.0
@@ -135,10 +154,11 @@ def memory_breakdown_figure(frame: pd.DataFrame, top: int) -> go.Figure:
     return fig
 
 
-def _top_html(frame: pd.DataFrame, top: int) -> str:
+def _top_html(frame: pd.DataFrame, top: int, rows: pd.DataFrame | None = None) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in TOP_COLUMNS)
     body = []
-    for i, (_, row) in enumerate(top_rows(frame, top).iterrows()):
+    shown = top_rows(frame, top) if rows is None else rows
+    for i, (_, row) in enumerate(shown.iterrows()):
         cells = "".join(f'<td class="num">{html.escape(_cell(row[c], f))}</td>' for c, _, f in TOP_COLUMNS)
         body.append(f'<tr class="{"best" if i == 0 else ""}">{cells}</tr>')
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
@@ -166,6 +186,7 @@ def build_report(name: str, frame: pd.DataFrame, top: int, best_timeline: Timeli
     parts += [
         "<h2>The study</h2>", f"<table>{setting_rows}</table>",
         f"<h2>Top {top} configurations that fit</h2>", _top_html(frame, top),
+        "<h2>The best configuration at each GPU count</h2>", _top_html(frame, top, best_per_gpu_count(frame)),
         '<p class="note">tokens/s = global batch x sequence length / step time; step time = the replayed '
         "pipeline (or the optimizer's schedule) + the data-parallel gradient sync not hidden + the optimizer step. "
         "MFU counts model FLOPs as Megatron-LM does (no recompute).</p>",
