@@ -413,12 +413,34 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
 
 
 @cli.command("presets", short_help="List the model and hardware presets of 'pipeplan size'.")
-def presets_cmd() -> None:
-    """List the model and hardware presets a study file may name, with their main numbers."""
+@click.argument("study", type=click.Path(dir_okay=False, path_type=str), required=False)
+@_debug_option
+def presets_cmd(study: str | None, debug: bool) -> None:
+    """List the model and hardware presets a study file may name, with their main numbers.
+
+    With STUDY, print instead every field of the model and hardware that study resolves to (presets with their
+    overrides), and where the numbers come from.
+
+    \b
+    Example (without STUDY, the list of presets):
+      pipeplan presets models/size-llama3.1-70b.yaml
+    """
+    from dataclasses import asdict
+
     from pipeplan.sizing import load_hardware, load_model
     from pipeplan.sizing.hardware import hardware_presets
     from pipeplan.sizing.models import model_presets
 
+    if study is not None:
+        from pipeplan.sizing.study import load_study
+
+        kwargs = load_study(study).sweep_kwargs
+        for title, record in (("model", asdict(load_model(kwargs["model"]))),
+                              ("hardware", asdict(load_hardware(kwargs["hardware"])))):
+            click.echo(f"{title}:")
+            for key, value in record.items():
+                click.echo(f"  {key}: {value}")
+        return
     click.echo("models:")
     for name in model_presets():
         m = load_model(name)

@@ -135,6 +135,15 @@ def test_presets_lists_every_model_and_gpu(capsys: pytest.CaptureFixture[str]) -
     assert "405.8B params" in stdout and "989 TFLOP/s bf16" in stdout
 
 
+def test_presets_with_a_study_prints_its_resolved_records(capsys: pytest.CaptureFixture[str],
+                                                          tmp_path: Path) -> None:
+    study = write_study(tmp_path, {**GOOD, "hardware": {"preset": "h100-80gb", "matmul_efficiency": 0.6}})
+    code, stdout, _ = run(capsys, "presets", study)
+    assert code == 0
+    assert "  num_kv_heads: 4" in stdout and "  matmul_efficiency: 0.6" in stdout and "  peak_tflops: 989" in stdout
+    assert "source: NVIDIA H100" in stdout
+
+
 def test_the_shipped_study_example_loads() -> None:
     study = load_study(ROOT / "models" / "size-llama3.1-70b.yaml")
     assert study.name == "llama3.1-70b on H100"
