@@ -17,12 +17,12 @@ import click
 from rich.console import Console
 
 from pipeplan import __version__
-from pipeplan.config import OBJECTIVES, Config, SolverSettings, load_config
+from pipeplan.config import MAX_SEED, MAX_WORKERS, OBJECTIVES, Config, SolverSettings, load_config
 from pipeplan.frontier import SweepProgress, frontier
 from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
-from pipeplan.problem import ConfigError
-from pipeplan.report.files import check_replaceable, config_record, write_file, write_folder, write_results
+from pipeplan.problem import ConfigError, PipeplanError
+from pipeplan.report.files import check_output_folder, config_record, write_file, write_folder, write_results
 from pipeplan.schedules import generate, names
 from pipeplan.simulate import simulate
 from pipeplan.solver import Progress
@@ -39,8 +39,26 @@ def _console() -> Console:
     return console if console.is_terminal or "COLUMNS" in os.environ else Console(width=160)
 
 
+# Exit status for a bug in pipeplan (an exception that is not a user error).
+INTERNAL_ERROR = 1
+
+
+class _Run:
+    """State of one command-line run that the error handling in :func:`main` needs."""
+
+    def __init__(self) -> None:
+        self.debug = False
+
+
+def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(_Run).debug = True
+        logging.getLogger().setLevel(logging.DEBUG)
+
+
 def _debug_option(func: F) -> F:
-    return click.option("--debug", is_flag=True, help="Show the full traceback of an error.")(func)
+    return click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
+                        help="Show the full traceback of an error.")(func)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,7 +85,7 @@ def cli() -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output as a readable table or one JSON object.")
 @_debug_option
-def simulate_cmd(config: str, schedule_name: str, fmt: str, debug: bool) -> None:
+def simulate_cmd(config: str, schedule_name: str, fmt: str) -> None:
     """Replay one named schedule on CONFIG and print its metrics.
 
     \b
@@ -82,7 +100,7 @@ def simulate_cmd(config: str, schedule_name: str, fmt: str, debug: bool) -> None
         return
     from pipeplan.report.tables import metrics_table
 
-    _console().print(metrics_table(f"{cfg.name}: {schedule_name}", metrics, cfg.units, cfg.problem.budget_per_device))
+    _console().print(metrics_table(f"{cfg.name}: {schedule_name}", metrics, cfg.units, cfg.problem.budget))
 
 
 simulate_cmd.name = "simulate"
@@ -151,21 +169,39 @@ def _settings(cfg: Config, **overrides: Any) -> SolverSettings:
 
 
 def _refuse_existing(out: Path | None, force: bool) -> None:
-    """Fail early, before a long solve, when --out exists and --force was not given."""
+    """Fail early, before a long solve, when --out may not be replaced or cannot be created."""
     if out is not None:
-        check_replaceable(out, force)
+        check_output_folder(out, force)
+
+
+class _Seconds(click.ParamType[float]):
+    """A positive, finite number of seconds (click's FloatRange lets 'nan' and 'inf' through)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (math.isfinite(seconds) and seconds > 0):
+            self.fail(f"{value!r} is not a positive, finite number of seconds", param, ctx)
+        return seconds
+
+
+_SECONDS = _Seconds()
 
 
 def _solver_options(func: F) -> F:
     """The flags every solving command shares; each overrides the config's ``solver`` section."""
     options = [
-        click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+        click.option("--time-limit", type=_SECONDS, default=None, metavar="S",
                      help="Solver time limit in seconds, per solve (overrides solver.time_limit_s)."),
         click.option("--objective", type=click.Choice(list(OBJECTIVES)), default=None,
                      help="What to minimise (overrides solver.objective)."),
-        click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+        click.option("--workers", type=click.IntRange(min=1, max=MAX_WORKERS), default=None, metavar="N",
                      help="CP-SAT search workers (overrides solver.num_workers)."),
-        click.option("--seed", "random_seed", type=click.IntRange(min=0), default=None,
+        click.option("--seed", "random_seed", type=click.IntRange(min=0, max=MAX_SEED), default=None,
                      help="CP-SAT random seed (overrides solver.random_seed)."),
     ]
     for option in reversed(options):
@@ -184,7 +220,7 @@ def _solver_options(func: F) -> F:
 @click.option("--quiet", is_flag=True, help="No progress display.")
 @_debug_option
 def solve(config: str, time_limit: float | None, objective: str | None, workers: int | None,
-          random_seed: int | None, fmt: str, out: Path | None, force: bool, quiet: bool, debug: bool) -> None:
+          random_seed: int | None, fmt: str, out: Path | None, force: bool, quiet: bool) -> None:
     """Find the optimal schedule for CONFIG's budget and compare it with every named schedule.
 
     Prints every schedule's makespan, stage span, bubble and peak memory, the optimizer's status,
@@ -240,7 +276,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
               help="Where to write the page (default: DIR/report.html).")
 @click.option("--force", is_flag=True, help="Replace the page if it exists.")
 @_debug_option
-def report(folder: Path, out: Path | None, force: bool, debug: bool) -> None:
+def report(folder: Path, out: Path | None, force: bool) -> None:
     """Re-render DIR/report.html from a folder written by 'pipeplan solve --out DIR'.
 
     The page is rebuilt from DIR/summary.json and DIR/schedules/*.json alone; every schedule is replayed and
@@ -298,8 +334,7 @@ MAX_BUDGETS = 500
 @click.option("--quiet", is_flag=True, help="No progress display.")
 @_debug_option
 def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective: str | None, workers: int | None,
-                 random_seed: int | None, out: Path | None, no_png: bool, force: bool, quiet: bool,
-                 debug: bool) -> None:
+                 random_seed: int | None, out: Path | None, no_png: bool, force: bool, quiet: bool) -> None:
     """Sweep the memory budget: every schedule's objective and the optimizer's at each budget.
 
     The memory-time frontier: how much step time each extra unit of activation memory buys. The optimizer's
@@ -455,25 +490,36 @@ def presets_cmd(study: str | None, debug: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default: sys.argv[1:]) and return the exit status."""
+    """Run the command line with ``argv`` (default: sys.argv[1:]) and return the exit status.
+
+    The one place that turns exceptions into exit codes: a user error (:class:`PipeplanError`, or an OSError
+    such as a missing or unwritable path) prints one line and returns 2; an interrupt returns 130; any other
+    exception is a bug in pipeplan: one line asking to report it, the traceback with --debug, status 1.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(message)s")
+    run = _Run()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        cli.main(args=args, prog_name="pipeplan", standalone_mode=False)
+        cli.main(args=args, prog_name="pipeplan", standalone_mode=False, obj=run)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("pipeplan: interrupted", err=True)
         return 130
-    except (ValueError, OSError) as exc:
-        if debug:
+    except (PipeplanError, OSError) as exc:
+        if run.debug:
             traceback.print_exc()
         click.echo(f"pipeplan: error: {exc}", err=True)
         return USER_ERROR
+    except Exception as exc:  # the one place where a bug becomes an exit status
+        if run.debug:
+            traceback.print_exc()
+        click.echo(f"pipeplan: internal error ({type(exc).__name__}: {exc}); this is a bug in pipeplan, please "
+                   "report it with the output of the same command with --debug", err=True)
+        return INTERNAL_ERROR
     return 0
 
 

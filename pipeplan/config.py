@@ -7,15 +7,19 @@ errors, so that a typo is never silently ignored.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pipeplan.problem import ConfigError, Problem
+from pipeplan.problem import ConfigError, Problem, shown
 
 OBJECTIVES = ("makespan", "stage_span")
+# CP-SAT's own ranges for its parameters (outside them it answers MODEL_INVALID or fails to convert the value).
+MAX_WORKERS = 10_000
+MAX_SEED = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -33,15 +37,23 @@ class SolverSettings:
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise ConfigError(f"solver.objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+            raise ConfigError(f"solver.objective must be one of {', '.join(OBJECTIVES)}, got {shown(self.objective)}")
         if isinstance(self.time_limit_s, bool) or not isinstance(self.time_limit_s, (int, float)) or not (
             0 < self.time_limit_s < float("inf")
         ):
-            raise ConfigError(f"solver.time_limit_s must be a positive number of seconds, got {self.time_limit_s!r}")
-        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 1:
-            raise ConfigError(f"solver.num_workers must be a whole number >= 1, got {self.num_workers!r}")
-        if isinstance(self.random_seed, bool) or not isinstance(self.random_seed, int) or self.random_seed < 0:
-            raise ConfigError(f"solver.random_seed must be a whole number >= 0, got {self.random_seed!r}")
+            raise ConfigError(
+                f"solver.time_limit_s must be a positive number of seconds, got {shown(self.time_limit_s)}"
+            )
+        if (isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int)
+                or not 1 <= self.num_workers <= MAX_WORKERS):
+            raise ConfigError(
+                f"solver.num_workers must be a whole number from 1 to {MAX_WORKERS}, got {shown(self.num_workers)}"
+            )
+        if (isinstance(self.random_seed, bool) or not isinstance(self.random_seed, int)
+                or not 0 <= self.random_seed <= MAX_SEED):
+            raise ConfigError(
+                f"solver.random_seed must be a whole number from 0 to {MAX_SEED}, got {shown(self.random_seed)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -86,18 +98,84 @@ _SECTIONS = ("name", *_PROBLEM_KEYS, "solver", "units")
 _REQUIRED = ("num_stages", "num_microbatches")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that rejects a key given twice in one mapping (the second would silently win)."""
+# Limits that keep loading bounded on any input: the file's size, the number of values after expanding
+# aliases (a few "billion laughs" lines expand to 10^9), and nesting depth. A real config is a few KB with at
+# most a few values per stage.
+MAX_CONFIG_BYTES = 1_000_000
+MAX_CONFIG_VALUES = 20_000
+MAX_CONFIG_DEPTH = 20
+
+# YAML 1.2's floats: PyYAML follows YAML 1.1, which needs a dot and a signed exponent, so it reads 3e-2 and
+# 1e308 as text.
+_FLOAT_12 = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)(?:[eE][-+]?[0-9]+)?$")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """A safe YAML loader with bounded work, YAML 1.2 floats, and clear errors for keys given twice or not names.
+
+    Counts every value as it is composed, each use of an alias (``*name``) counting the whole value it stands
+    for, and stops at :data:`MAX_CONFIG_VALUES`; stops at :data:`MAX_CONFIG_DEPTH` levels of nesting.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.num_values = 0
+        self.depth = 0
+        self.sizes: dict[int, int] = {}  # keyed by id of a composed node: values in it, aliases expanded
+
+    def _count(self, values: int, mark: Any) -> None:
+        self.num_values += values
+        if self.num_values > MAX_CONFIG_VALUES:
+            raise ConfigError(
+                f"{_where(mark)}the config holds more than {MAX_CONFIG_VALUES} values (each use of an alias *name "
+                "counts the whole value it stands for); a config needs a few per stage: look for a runaway "
+                "list or alias"
+            )
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            target = self.anchors.get(event.anchor)  # an unknown alias is PyYAML's own error
+            if target is not None:
+                size = self.sizes.get(id(target))
+                if size is None:
+                    raise ConfigError(f"{_where(event.start_mark)}alias *{shown(event.anchor, quote=False)} is used "
+                                      "inside the value it names; write that value out instead")
+                self._count(size, event.start_mark)
+            return super().compose_node(parent, index)
+        self.depth += 1
+        if self.depth > MAX_CONFIG_DEPTH:
+            raise ConfigError(f"{_where(event.start_mark)}values are nested more than {MAX_CONFIG_DEPTH} levels "
+                              "deep; a config needs three (section, key, list): check the brackets")
+        before = self.num_values
+        node = super().compose_node(parent, index)
+        self.depth -= 1
+        self._count(1, event.start_mark)
+        self.sizes[id(node)] = self.num_values - before
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue  # '<<: *base' merges base's keys; keys written here take precedence over them
             key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, (list, dict)):
+                raise ConfigError(f"line {line}: a {'list' if isinstance(key, list) else 'mapping'} is used as a "
+                                  "key; keys are names such as num_stages: write 'name: value'")
             if key in seen:
-                line = key_node.start_mark.line + 1
-                raise ConfigError(f"line {line}: key {key!r} is given twice; keep one")
+                raise ConfigError(f"line {line}: key {shown(key)} is given twice; keep one")
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+
+
+def _where(mark: Any) -> str:
+    return "" if mark is None else f"line {mark.line + 1}: "
 
 
 def _section(data: dict[str, Any], name: str, keys: tuple[str, ...] | list[str]) -> dict[str, Any]:
@@ -105,10 +183,12 @@ def _section(data: dict[str, Any], name: str, keys: tuple[str, ...] | list[str])
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{name} must be a mapping of {', '.join(keys)}, got {value!r}")
+        raise ConfigError(f"{name} must be a mapping of {', '.join(keys)}, got {shown(value)}")
     unknown = [k for k in value if k not in keys]
     if unknown:
-        raise ConfigError(f"unknown key {name}.{unknown[0]}; valid keys in {name}: {', '.join(keys)}")
+        raise ConfigError(
+            f"unknown key {name}.{shown(unknown[0], quote=False)}; valid keys in {name}: {', '.join(keys)}"
+        )
     return value
 
 
@@ -123,7 +203,7 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
         )
     unknown = [k for k in data if k not in _SECTIONS]
     if unknown:
-        raise ConfigError(f"unknown top-level key {unknown[0]!r}; valid keys: {', '.join(_SECTIONS)}")
+        raise ConfigError(f"unknown top-level key {shown(unknown[0])}; valid keys: {', '.join(_SECTIONS)}")
     kwargs: dict[str, Any] = {}
     for section, keys in _PROBLEM_KEYS.items():
         for key, value in _section(data, section, list(keys)).items():
@@ -133,16 +213,40 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
     for key in _REQUIRED:
         if key not in kwargs:
             raise ConfigError(f"pipeline.{key} is missing; add it under 'pipeline:' (a whole number >= 1)")
-    problem = Problem(**kwargs)
+    problem = Problem.build(**kwargs)
     solver = SolverSettings(**_section(data, "solver", [f for f in SolverSettings.__dataclass_fields__]))
     units_raw = _section(data, "units", ["time", "memory"])
     for key, value in units_raw.items():
         if not isinstance(value, str):
-            raise ConfigError(f"units.{key} must be a text such as 'ms' or 'GiB', got {value!r}")
+            raise ConfigError(f"units.{key} must be a text such as 'ms' or 'GiB', got {shown(value)}")
     name = data.get("name", default_name)
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"name must be a non-empty text, got {name!r}")
+        raise ConfigError(f"name must be a non-empty text, got {shown(name)}")
     return Config(name=name, problem=problem, solver=solver, units=Units(**units_raw))
+
+
+def load_yaml(text: str) -> Any:
+    """Parse a config's YAML text with bounded work (see :data:`MAX_CONFIG_VALUES`).
+
+    Plain scalars follow YAML 1.1 as PyYAML reads them, except that floats such as ``3e-2`` and ``1e308`` are
+    numbers (as in YAML 1.2); ``<<`` merge keys work. Raises :class:`ConfigError` with the line and the fix.
+    """
+    try:
+        return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(f"YAML syntax error at {where}{shown(exc.problem, 200, quote=False)}; fix the file there "
+                          "(see models/seed-8x64.yaml for the layout)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"YAML error: {shown(exc, 200, quote=False)}; fix the file (see models/seed-8x64.yaml "
+                          "for the layout)") from None
+    except ConfigError:
+        raise
+    except ValueError as exc:  # e.g. Python's refusal to read a whole number of more than 4300 digits
+        reason = str(exc).split(";")[0]  # without Python's advice to raise its limit
+        raise ConfigError(f"a value in the file cannot be read ({shown(reason, 160, quote=False)}); fix the file "
+                          "(a config's numbers are small)") from None
 
 
 def load_config(path: str | os.PathLike[str], ignore_budget: bool = False) -> Config:
@@ -152,21 +256,25 @@ def load_config(path: str | os.PathLike[str], ignore_budget: bool = False) -> Co
     """
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"config file {str(file)!r} does not exist; check the path") from None
     except IsADirectoryError:
         raise ConfigError(f"{str(file)!r} is a folder, not a config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {str(file)!r}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {str(file)!r} ({exc.strerror}); check the path and its "
+                          "permissions") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {str(file)!r} is larger than {MAX_CONFIG_BYTES} bytes, the limit; a config "
+                          "is a few KB: check that this is the right file")
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ConfigError(f"YAML syntax error at {where}{exc.problem}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"YAML error: {exc}") from None
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"config file {str(file)!r} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
+                          f"{exc.start} (line {line}) is not valid UTF-8; save the file as UTF-8") from None
+    data = load_yaml(text)
     if data is None:
         raise ConfigError("the config file is empty; start from models/seed-8x64.yaml")
     return config_from_dict(data, default_name=file.stem, ignore_budget=ignore_budget)

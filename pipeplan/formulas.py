@@ -1,4 +1,4 @@
-"""Closed forms for uniform stages without communication (REFERENCE section 3).
+"""Closed forms of the named schedules for uniform stages (each generator's docstring derives its own).
 
 They are the independent check of the generators and the simulator: tests compare every replay to them.
 Times in the config's unit, memory in activations.
@@ -35,7 +35,7 @@ def one_f_one_b_peak(num_stages: int, num_microbatches: int, rank: int = 0) -> i
     return min(num_stages - rank, num_microbatches)
 
 
-# Zero-bubble family (REFERENCE section 3). F, B, W are one stage's forward, input-gradient and weight-gradient times;
+# Zero-bubble family. F, B, W are one stage's forward, input-gradient and weight-gradient times;
 # C is the latency of one stage-to-stage transfer. The stage span is the Zero Bubble paper's cost (the largest
 # per-device span).
 

@@ -18,21 +18,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from pipeplan.bounds import minimum_budget, prove
 from pipeplan.config import SolverSettings
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.planner import evaluate_named
 from pipeplan.problem import ConfigError, Problem
 from pipeplan.simulate import simulate
-from pipeplan.solver import (
-    FEASIBLE,
-    OPTIMAL,
-    InfeasibleBudget,
-    Progress,
-    SolveResult,
-    minimum_budget,
-    objective_of,
-    solve,
-)
+from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, objective_of, solve
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +110,9 @@ def _keep_previous(problem: Problem, previous: SolveResult, previous_budget: flo
     timeline = simulate(problem, previous.schedule)
     metrics = compute_metrics(timeline)
     value = objective_of(metrics, result.objective_name)
-    lower = min(value, result.lower_bound)
-    gap = (value - lower) / value if value > 0 else 0.0
+    proof = prove(value, result.lower_bound)
     return replace(result, schedule=previous.schedule, timeline=timeline, metrics=metrics, objective=value,
-                   lower_bound=lower, gap=gap, status=OPTIMAL if gap <= 1e-9 else FEASIBLE,
+                   lower_bound=proof.lower_bound, gap=proof.gap, status=proof.status,
                    source=f"budget {previous_budget:g}", solver_objective=None, solver_times=None)
 
 
@@ -135,9 +126,8 @@ def _carry_bounds_down(rows: list[FrontierRow]) -> list[FrontierRow]:
             continue
         carried = max(carried, row.lower_bound)
         if carried > row.lower_bound:
-            lower = min(row.objective, carried)
-            gap = (row.objective - lower) / row.objective if row.objective > 0 else 0.0
-            out[i] = replace(row, lower_bound=lower, gap=gap, status=OPTIMAL if gap <= 1e-9 else FEASIBLE)
+            proof = prove(row.objective, carried)
+            out[i] = replace(row, lower_bound=proof.lower_bound, gap=proof.gap, status=proof.status)
     return out
 
 
@@ -162,7 +152,7 @@ def frontier(
         if progress is not None:
             progress(SweepProgress(index, len(ordered), budget))
         try:
-            at = replace(problem, budget=budget)
+            at = problem.with_budget(budget)
         except ConfigError as exc:
             rows.append(_infeasible_row(budget, str(exc)))
             continue
@@ -174,9 +164,7 @@ def frontier(
                 progress(SweepProgress(index, len(ordered), budget, p))
 
         try:
-            result = solve(at, objective=settings.objective, time_limit_s=settings.time_limit_s,
-                           num_workers=settings.num_workers, random_seed=settings.random_seed,
-                           progress=report, hints=[] if previous is None else [previous[1].schedule])
+            result = solve(at, settings, progress=report, hints=[] if previous is None else [previous[1].schedule])
         except InfeasibleBudget as exc:
             rows.append(_infeasible_row(budget, str(exc)))
             continue
@@ -187,7 +175,7 @@ def frontier(
         rows.append(_optimal_row(budget, result))
         previous = (budget, result)
     if previous is None:
-        need = max(minimum_budget(replace(problem, budget=None)))
+        need = max(minimum_budget(problem.with_budget(None)))
         raise InfeasibleBudget(
             f"no budget from {ordered[0]:g} to {ordered[-1]:g} admits a schedule; the smallest that does is "
             f"{need:g} (one microbatch's activations on all of a device's chunks)"

@@ -1,4 +1,15 @@
-"""Metrics of a replayed schedule (REFERENCE section 2): time, utilization, bubble and activation memory."""
+"""Metrics of a replayed schedule: time, utilization, bubble and activation memory.
+
+- makespan: from the first op's start to the last op's end (all devices start together); with a synchronous
+  optimizer step at the end, the step time.
+- busy(d): total op time on device d; utilization = sum of busy / (P x makespan); bubble = 1 - utilization.
+- stage span of device d: end of its last op - start of its first op. The Zero Bubble paper's cost is the
+  largest stage span (it lets the next step's forwards overlap this step's tail instead of a synchronous step).
+- activation memory: what each op allocates and releases is the problem's memory rule
+  (:meth:`~pipeplan.problem.Problem.allocated_by`, :meth:`~pipeplan.problem.Problem.released_by`); live
+  intervals are half-open, so a release at t comes before an allocation at t. A device's peak is the maximum of
+  its live sum over time; a schedule is feasible when every device's peak is within its budget.
+"""
 
 from __future__ import annotations
 
@@ -42,22 +53,16 @@ class Metrics:
 def memory_events(timeline: Timeline) -> list[list[tuple[float, float]]]:
     """Per device, (time, change in live activation memory) for every allocation and release.
 
-    F allocates its stage's activation when it starts; unsplit, B releases all of it when it ends; split, B
-    releases activation - weight_activation and W releases weight_activation when they end.
+    What each op allocates (at its start) and releases (at its end) is the problem's memory rule,
+    :meth:`~pipeplan.problem.Problem.allocated_by` and :meth:`~pipeplan.problem.Problem.released_by`.
     """
     problem = timeline.problem
-    act = problem.activation_per_stage
-    wact = problem.weight_activation_per_stage
-    split = problem.split_backward
-    events: list[list[tuple[float, float]]] = [[] for _ in range(problem.num_stages)]
+    events: list[list[tuple[float, float]]] = [[] for _ in range(problem.num_devices)]
     for op, device, start, end in zip(timeline.ops, timeline.device, timeline.start, timeline.end):
-        s = op.stage
         if op.kind is OpKind.F:
-            events[device].append((start, act[s]))
-        elif op.kind is OpKind.B:
-            events[device].append((end, -(act[s] - wact[s]) if split else -act[s]))
+            events[device].append((start, problem.allocated_by(op.kind, op.stage)))
         else:
-            events[device].append((end, -wact[s]))
+            events[device].append((end, -problem.released_by(op.kind, op.stage)))
     return events
 
 
@@ -93,9 +98,9 @@ def within_budget(peaks: list[float], budget: tuple[float, ...] | None) -> bool:
 
 
 def compute_metrics(timeline: Timeline) -> Metrics:
-    """All metrics of REFERENCE section 2 for one replayed schedule."""
+    """Every metric of this module for one replayed schedule."""
     problem = timeline.problem
-    num_devices = problem.num_stages
+    num_devices = problem.num_devices
     busy = [0.0] * num_devices
     first = [float("inf")] * num_devices
     last = [float("-inf")] * num_devices
@@ -111,7 +116,7 @@ def compute_metrics(timeline: Timeline) -> Metrics:
     peaks = peak_memory_per_device(timeline)
     return Metrics(
         schedule=timeline.schedule.name,
-        feasible=within_budget(peaks, problem.budget_per_device),
+        feasible=within_budget(peaks, problem.budget),
         makespan=makespan,
         stage_span=max(spans),
         utilization=utilization,

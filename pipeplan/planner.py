@@ -92,7 +92,7 @@ def plan(
     layouts = LAYOUTS if num_chunks is None else ((num_chunks, placement),)
     evaluated: list[tuple[Problem, Metrics]] = []
     for chunks, where in layouts:
-        problem = Problem(
+        problem = Problem.build(
             num_stages=num_stages,
             num_microbatches=total_microbatches,
             forward=forward,
@@ -165,7 +165,7 @@ class Comparison:
 
     def summary(self, name: str) -> dict[str, Any]:
         """The ``solve --format json`` object."""
-        budget = self.problem.budget_per_device
+        budget = self.problem.budget
         memory_budget: float | list[float] | None
         if budget is None:
             memory_budget = None
@@ -175,7 +175,7 @@ class Comparison:
             memory_budget = list(budget)
         return {
             "name": name,
-            "num_stages": self.problem.num_stages,
+            "num_stages": self.problem.num_devices,
             "num_microbatches": self.problem.num_microbatches,
             "num_chunks": self.problem.num_chunks,
             "memory_budget": memory_budget,
@@ -211,15 +211,7 @@ def compare(
 ) -> Comparison:
     """Replay every named schedule, run the optimizer, and choose the feasible schedule with the best objective."""
     named, skipped = evaluate_named(problem)
-    optimal = solve(
-        problem,
-        objective=settings.objective,
-        time_limit_s=settings.time_limit_s,
-        num_workers=settings.num_workers,
-        random_seed=settings.random_seed,
-        progress=progress,
-        hints=hints,
-    )
+    optimal = solve(problem, settings, progress=progress, hints=hints)
     order = {name: i for i, name in enumerate(schedules.names())}
     # (objective, is the optimizer, peak memory, simplicity, name) of every feasible schedule.
     feasible = [

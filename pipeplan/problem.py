@@ -9,14 +9,58 @@ from __future__ import annotations
 
 import enum
 import math
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Literal
 
-PLACEMENTS: tuple[str, ...] = ("loop", "v")
+# The most ops (F, B and W of every microbatch on every model stage) one problem may have: about 1.5 GB and
+# half a minute to replay on one core; beyond it a replay would swap rather than answer.
+MAX_OPS = 2_000_000
+# The largest total of one step's op times and latencies, and of one device's activations of every
+# microbatch, in the config's units: far beyond any real step, and small enough that the solver's integer
+# ticks (and every sum of them) stay exact.
+MAX_TOTAL = 1e15
+
+Placement = Literal["loop", "v"]
+PLACEMENTS: tuple[Placement, ...] = ("loop", "v")
 
 
-class ConfigError(ValueError):
+class PipeplanError(ValueError):
+    """An error the user can fix (bad input, an impossible request); the message says how. The command line
+    turns these, and only these (with OSError), into exit status 2; anything else is a bug."""
+
+
+class ConfigError(PipeplanError):
     """A user error in a problem or config: the message names the field, the bad value and the fix."""
+
+
+def _short_repr() -> reprlib.Repr:
+    """A repr that shows a few items per list, a few levels deep, so that it costs little on any value."""
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict = 3, 8, 8, 8
+    short.maxstring, short.maxother, short.maxlong = 60, 60, 40
+    return short
+
+
+_SHORT_REPR = _short_repr()
+
+
+def shown(value: object, limit: int = 80, quote: bool = True) -> str:
+    """``value`` for an error message: its repr (a text's or an error's text without ``quote``), at most ``limit``
+    characters.
+
+    Built with bounded work, so that a message never renders a huge value (say, a YAML alias bomb) in full.
+    """
+    if not quote and isinstance(value, (str, BaseException)):
+        text = str(value)
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 128:
+        # repr refuses whole numbers of more than 4300 digits
+        text = f"a whole number with about {round(abs(value).bit_length() * math.log10(2))} digits"
+    else:
+        text = _SHORT_REPR.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class OpKind(enum.Enum):
@@ -56,9 +100,9 @@ def _is_number(value: object) -> bool:
 
 def _as_count(name: str, value: object, minimum: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+        raise ConfigError(f"{name} must be a whole number >= {minimum}, got {shown(value)}")
     if value < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+        raise ConfigError(f"{name} must be >= {minimum}, got {shown(value)}")
     return value
 
 
@@ -86,9 +130,9 @@ def _expand(
     numbers: list[float] = []
     for item in values:
         if not _is_number(item) or not math.isfinite(float(item)):  # type: ignore[arg-type]
-            raise ConfigError(f"{name} must be a finite number or a list of finite numbers, got {item!r}")
+            raise ConfigError(f"{name} must be a finite number or a list of finite numbers, got {shown(item)}")
         if float(item) < 0:  # type: ignore[arg-type]
-            raise ConfigError(f"{name} must be >= 0, got {item!r}")
+            raise ConfigError(f"{name} must be >= 0, got {shown(item)}")
         numbers.append(float(item))  # type: ignore[arg-type]
     if num_chunks > 1 and len(numbers) == num_model_stages:
         return tuple(numbers)
@@ -99,93 +143,40 @@ def _expand(
 
 @dataclass(frozen=True)
 class Problem:
-    """A synchronous pipeline to schedule.
+    """A synchronous pipeline to schedule, in normalised form.
 
-    Cost and memory fields accept a number, a list of ``num_stages`` values (per device: the device's whole share,
-    split evenly over its chunks) or, with chunks, a list of ``num_stages * num_chunks`` values (per model stage).
-    After construction they are tuples with one value per model stage. ``budget`` is per device (a number or a
-    list of ``num_stages`` values) and ``None`` means unlimited.
+    Build one from user input with :meth:`Problem.build` (numbers or per-device / per-model-stage lists); the
+    constructor takes the normalised form and checks it. Per-stage tuples have one value per *model* stage
+    (``num_devices * num_chunks`` of them, in model order); ``budget`` has one value per device.
+
+    The timing rules (what an op waits for) are :meth:`dependencies`; the memory rules (what an op allocates
+    and releases) are :meth:`allocated_by` and :meth:`released_by`. Every other module asks these methods.
     """
 
-    num_stages: int
-    """P: pipeline devices."""
+    num_devices: int
+    """P: pipeline devices (the config's ``pipeline.num_stages``, the pipeline depth)."""
     num_microbatches: int
     """N: microbatches per optimizer step."""
-    forward: PerStage = 1.0
-    """Time of one forward pass (F), in the config's time unit."""
-    backward: PerStage = 2.0
-    """Time of the full backward, or of the input-gradient pass (B) when ``backward_weight`` > 0."""
-    backward_weight: PerStage = 0.0
-    """Time of the weight-gradient pass (W); 0 everywhere means the backward is not split."""
-    comm: PerStage = 0.0
-    """Latency of one transfer leaving a device's stage to a stage on another device; occupies no device."""
-    activation: PerStage = 1.0
-    """Memory a forward allocates when it starts, in the memory unit."""
-    weight_activation: PerStage = 0.0
-    """The part of ``activation`` kept until W ends (split backward only); the rest is released when B ends."""
-    budget: PerStage | None = None
-    """Live activation memory limit per device, in the memory unit; None means unlimited."""
+    forward: tuple[float, ...]
+    """Per model stage: time of one forward pass (F), in the config's time unit."""
+    backward: tuple[float, ...]
+    """Per model stage: time of the full backward, or of the input-gradient pass (B) when the backward is split."""
+    backward_weight: tuple[float, ...]
+    """Per model stage: time of the weight-gradient pass (W); 0 everywhere means the backward is not split."""
+    comm: tuple[float, ...]
+    """Per model stage: latency of the link to the next model stage when it is on another device; occupies no
+    device."""
+    activation: tuple[float, ...]
+    """Per model stage: memory a forward allocates when it starts, in the memory unit."""
+    weight_activation: tuple[float, ...]
+    """Per model stage: the part of ``activation`` kept until W ends (split backward only); B releases the rest."""
+    budget: tuple[float, ...] | None = None
+    """Per device: live activation memory limit, in the memory unit; None means unlimited."""
     num_chunks: int = 1
     """v: model chunks (virtual stages) per device."""
-    placement: str = "loop"
-    """How model stages map to devices with chunks: 'loop' (stage c*P + d on device d) or 'v'."""
-
-    def __post_init__(self) -> None:
-        num_devices = _as_count("pipeline.num_stages", self.num_stages)
-        _as_count("pipeline.num_microbatches", self.num_microbatches)
-        num_chunks = _as_count("pipeline.num_chunks", self.num_chunks)
-        if self.placement not in PLACEMENTS:
-            raise ConfigError(
-                f"pipeline.placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
-            )
-        if self.placement == "v" and num_chunks != 2:
-            raise ConfigError(f"pipeline.placement 'v' needs num_chunks: 2, got num_chunks: {num_chunks}")
-        devices = tuple(_device_of_stage(s, num_devices, num_chunks, self.placement)
-                        for s in range(num_devices * num_chunks))
-        object.__setattr__(self, "_devices", devices)
-        by_device = tuple([s for s, d in enumerate(devices) if d == dev] for dev in range(num_devices))
-        object.__setattr__(self, "_stages_by_device", by_device)
-
-        def expand(name: str, value: object, split: bool = True) -> tuple[float, ...]:
-            return _expand(name, value, num_devices, num_chunks, split, devices)
-
-        for name in ("forward", "backward", "backward_weight"):
-            object.__setattr__(self, name, expand(f"costs.{name}", getattr(self, name)))
-        object.__setattr__(self, "comm", expand("costs.comm", self.comm, split=False))
-        for name in ("activation", "weight_activation"):
-            object.__setattr__(self, name, expand(f"memory.{name}", getattr(self, name)))
-
-        weights = self.backward_weight_per_stage
-        if any(w > 0 for w in weights) and not all(w > 0 for w in weights):
-            raise ConfigError(
-                f"costs.backward_weight must be > 0 on every stage or 0 on every stage, got {list(weights)}; "
-                "0 means the backward is not split into B and W"
-            )
-        for s, (act, wact) in enumerate(zip(self.activation_per_stage, self.weight_activation_per_stage)):
-            if wact > act * (1 + 1e-12):
-                raise ConfigError(
-                    f"memory.weight_activation ({wact:g}) is above memory.activation ({act:g}) on stage {s}; "
-                    "it is the part of the activation kept until W, so it must be <= activation"
-                )
-            if wact > 0 and not self.split_backward:
-                raise ConfigError(
-                    f"memory.weight_activation is {wact:g} but the backward is not split (costs.backward_weight "
-                    "is 0); set weight_activation to 0 or give backward_weight a positive time"
-                )
-        for s in range(self.num_model_stages):
-            if self.forward_per_stage[s] + self.backward_per_stage[s] + weights[s] <= 0:
-                raise ConfigError(f"stage {s} has zero forward and backward time; give costs.forward > 0")
-
-        if self.budget is not None:
-            budget = _expand("memory.budget", self.budget, num_devices, 1, False, tuple(range(num_devices)))
-            object.__setattr__(self, "budget", budget)
-            for d in range(num_devices):
-                need = max(self.activation_per_stage[s] for s in self.stages_on_device(d))
-                if budget[d] < need * (1 - 1e-12):
-                    raise ConfigError(
-                        f"memory.budget ({budget[d]:g}) on device {d} is below one activation ({need:g}): "
-                        "no forward could ever run; raise memory.budget to at least that"
-                    )
+    placement: Placement = "loop"
+    """How model stages map to devices with chunks: 'loop' (stage c*P + d on device d) or 'v' (two chunks;
+    device d holds stages d and 2P-1-d)."""
 
     @classmethod
     def build(
@@ -202,87 +193,180 @@ class Problem:
         num_chunks: int = 1,
         placement: str = "loop",
     ) -> Problem:
-        """Build a validated problem from user input (numbers or per-device / per-stage lists, see the class)."""
+        """Build a validated problem from user input.
+
+        ``num_stages`` is the number of pipeline devices P. Cost and memory values accept a number (every stage
+        alike), a list of P values (per device: the device's whole share, split evenly over its chunks, so that
+        changing ``num_chunks`` never changes the model) or, with chunks, a list of P * num_chunks values (per
+        model stage). ``comm`` is per link and is not split. ``budget`` is a number or a list of P values.
+        Errors name the config field, the bad value and what is accepted.
+        """
+        num_devices = _as_count("pipeline.num_stages", num_stages)
+        _as_count("pipeline.num_microbatches", num_microbatches)
+        num_chunks = _as_count("pipeline.num_chunks", num_chunks)
+        checked_placement = _check_placement(placement, num_chunks)
+        devices = _devices_of_stages(num_devices, num_chunks, checked_placement)
+
+        def expand(name: str, value: object, split: bool = True) -> tuple[float, ...]:
+            return _expand(name, value, num_devices, num_chunks, split, devices)
+
         return cls(
-            num_stages=num_stages, num_microbatches=num_microbatches, forward=forward, backward=backward,
-            backward_weight=backward_weight, comm=comm, activation=activation, weight_activation=weight_activation,
-            budget=budget, num_chunks=num_chunks, placement=placement,
+            num_devices=num_devices,
+            num_microbatches=num_microbatches,
+            forward=expand("costs.forward", forward),
+            backward=expand("costs.backward", backward),
+            backward_weight=expand("costs.backward_weight", backward_weight),
+            comm=expand("costs.comm", comm, split=False),
+            activation=expand("memory.activation", activation),
+            weight_activation=expand("memory.weight_activation", weight_activation),
+            budget=_expand_budget(budget, num_devices),
+            num_chunks=num_chunks,
+            placement=checked_placement,
         )
 
-    # Typed views of the normalised fields (one value per model stage, or per device for the budget).
+    def with_budget(self, budget: PerStage | None) -> Problem:
+        """The same pipeline under another budget (a number, a list of one value per device, or None)."""
+        return replace(self, budget=_expand_budget(budget, self.num_devices))
 
-    @property
-    def forward_per_stage(self) -> tuple[float, ...]:
-        return self.forward  # type: ignore[return-value]
+    def __post_init__(self) -> None:
+        _as_count("pipeline.num_stages", self.num_devices)
+        _as_count("pipeline.num_microbatches", self.num_microbatches)
+        _as_count("pipeline.num_chunks", self.num_chunks)
+        _check_placement(self.placement, self.num_chunks)
+        for name, label in _PER_STAGE_FIELDS.items():
+            values = getattr(self, name)
+            if len(values) != self.num_model_stages:
+                raise ConfigError(
+                    f"{label} has {len(values)} values, expected {self.num_model_stages} (one per model stage); "
+                    "use Problem.build for per-device values"
+                )
+            for value in values:
+                _check_value(label, value)
+        weights = self.backward_weight
+        if any(w > 0 for w in weights) and not all(w > 0 for w in weights):
+            raise ConfigError(
+                f"costs.backward_weight must be > 0 on every stage or 0 on every stage, got {list(weights)}; "
+                "0 means the backward is not split into B and W"
+            )
+        for s, (act, wact) in enumerate(zip(self.activation, self.weight_activation)):
+            if wact > act * (1 + 1e-12):
+                raise ConfigError(
+                    f"memory.weight_activation ({wact:g}) is above memory.activation ({act:g}) on stage {s}; "
+                    "it is the part of the activation kept until W, so it must be <= activation"
+                )
+            if wact > 0 and not self.split_backward:
+                raise ConfigError(
+                    f"memory.weight_activation is {wact:g} but the backward is not split (costs.backward_weight "
+                    "is 0); set weight_activation to 0 or give backward_weight a positive time"
+                )
+        for s in range(self.num_model_stages):
+            if self.forward[s] + self.backward[s] + weights[s] <= 0:
+                raise ConfigError(f"stage {s} has zero forward and backward time; give costs.forward > 0")
+        num_ops = self.num_model_stages * self.num_microbatches * len(self.kinds)
+        if num_ops > MAX_OPS:
+            most = MAX_OPS // (self.num_model_stages * len(self.kinds))
+            raise ConfigError(
+                f"this pipeline has {num_ops:,} ops per step ({self.num_model_stages} model stages x "
+                f"{self.num_microbatches} microbatches x {len(self.kinds)} kinds); pipeplan replays at most "
+                f"{MAX_OPS:,}: lower pipeline.num_microbatches to at most {most} (or use fewer stages)"
+            )
+        if self.total_time() > MAX_TOTAL:
+            raise ConfigError(
+                f"one step's op times and latencies add up to {self.total_time():.3g}, above {MAX_TOTAL:g} in the "
+                "config's time unit; express costs.* in a larger unit (e.g. ms instead of ns)"
+            )
+        held = max(self.num_microbatches * self.footprint(d) for d in range(self.num_devices))
+        if held > MAX_TOTAL:
+            raise ConfigError(
+                f"every microbatch's activations on one device add up to {held:.3g}, above {MAX_TOTAL:g} in the "
+                "config's memory unit; express memory.* in a larger unit (e.g. MiB instead of bytes)"
+            )
+        if self.budget is not None:
+            if len(self.budget) != self.num_devices:
+                raise ConfigError(
+                    f"memory.budget has {len(self.budget)} values, expected {self.num_devices} (one per device)"
+                )
+            for d, limit in enumerate(self.budget):
+                _check_value("memory.budget", limit)
+                need = max(self.activation[s] for s in self.stages_on_device(d))
+                if limit < need * (1 - 1e-12):
+                    raise ConfigError(
+                        f"memory.budget ({limit:g}) on device {d} is below one activation ({need:g}): "
+                        "no forward could ever run; raise memory.budget to at least that"
+                    )
 
-    @property
-    def backward_per_stage(self) -> tuple[float, ...]:
-        return self.backward  # type: ignore[return-value]
+    # Derived facts, computed once per problem (a frozen dataclass without slots keeps them in its __dict__).
 
-    @property
-    def backward_weight_per_stage(self) -> tuple[float, ...]:
-        return self.backward_weight  # type: ignore[return-value]
-
-    @property
-    def comm_per_stage(self) -> tuple[float, ...]:
-        return self.comm  # type: ignore[return-value]
-
-    @property
-    def activation_per_stage(self) -> tuple[float, ...]:
-        return self.activation  # type: ignore[return-value]
-
-    @property
-    def weight_activation_per_stage(self) -> tuple[float, ...]:
-        return self.weight_activation  # type: ignore[return-value]
-
-    @property
-    def budget_per_device(self) -> tuple[float, ...] | None:
-        return self.budget  # type: ignore[return-value]
-
-    @property
+    @cached_property
     def split_backward(self) -> bool:
         """True when the backward is split into B (input gradient) and W (weight gradient)."""
-        return any(w > 0 for w in self.backward_weight_per_stage)
+        return any(w > 0 for w in self.backward_weight)
 
-    @property
-    def num_model_stages(self) -> int:
-        """Model stages in all: num_stages * num_chunks."""
-        return self.num_stages * self.num_chunks
-
-    @property
+    @cached_property
     def kinds(self) -> tuple[OpKind, ...]:
         """The op kinds each (stage, microbatch) has: F, B and, with a split backward, W."""
         return (OpKind.F, OpKind.B, OpKind.W) if self.split_backward else (OpKind.F, OpKind.B)
 
+    @cached_property
+    def _devices(self) -> tuple[int, ...]:
+        """The device of each model stage."""
+        return _devices_of_stages(self.num_devices, self.num_chunks, self.placement)
+
+    @cached_property
+    def _stages_by_device(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(s for s, d in enumerate(self._devices) if d == dev) for dev in range(self.num_devices))
+
+    @property
+    def num_model_stages(self) -> int:
+        """Model stages in all: num_devices * num_chunks."""
+        return self.num_devices * self.num_chunks
+
     def device_of(self, stage: int) -> int:
         """The device that runs model stage ``stage``."""
-        return self._devices[stage]  # type: ignore[attr-defined,no-any-return]
+        return self._devices[stage]
 
     def chunk_of(self, stage: int) -> int:
         """Which of its device's chunks model stage ``stage`` is (both placements put chunk c at stages cP..cP+P-1)."""
-        return stage // self.num_stages
+        return stage // self.num_devices
 
     def stages_on_device(self, device: int) -> list[int]:
         """The model stages on ``device`` in model order."""
-        return list(self._stages_by_device[device])  # type: ignore[attr-defined]
+        return list(self._stages_by_device[device])
 
     def op(self, kind: OpKind, stage: int, microbatch: int) -> Op:
         """The op record for (kind, stage, microbatch), with its chunk filled in."""
         return Op(kind, stage, microbatch, self.chunk_of(stage))
 
+    # The timing rules.
+
     def duration(self, op: Op) -> float:
         """Time of ``op`` in the config's time unit."""
         if op.kind is OpKind.F:
-            return self.forward_per_stage[op.stage]
+            return self.forward[op.stage]
         if op.kind is OpKind.B:
-            return self.backward_per_stage[op.stage]
-        return self.backward_weight_per_stage[op.stage]
+            return self.backward[op.stage]
+        return self.backward_weight[op.stage]
 
     def link_latency(self, stage: int) -> float:
         """Latency between model stages ``stage`` and ``stage + 1`` (either direction); 0 on the same device."""
         if stage + 1 >= self.num_model_stages or self.device_of(stage) == self.device_of(stage + 1):
             return 0.0
-        return self.comm_per_stage[stage]
+        return self.comm[stage]
+
+    def dependencies(self, op: Op) -> list[tuple[Op, float]]:
+        """The ops that must end before ``op`` starts, each with the latency that follows it.
+
+        F(s, m) follows F(s-1, m); B(s, m) follows B(s+1, m), or F(s, m) on the last model stage; W(s, m)
+        follows B(s, m). A latency applies only between stages on different devices.
+        """
+        s, m = op.stage, op.microbatch
+        if op.kind is OpKind.F:
+            return [] if s == 0 else [(self.op(OpKind.F, s - 1, m), self.link_latency(s - 1))]
+        if op.kind is OpKind.B:
+            if s == self.num_model_stages - 1:
+                return [(self.op(OpKind.F, s, m), 0.0)]
+            return [(self.op(OpKind.B, s + 1, m), self.link_latency(s))]
+        return [(self.op(OpKind.B, s, m), 0.0)]
 
     def all_ops(self) -> list[Op]:
         """Every op of one optimizer step, stage by stage, microbatch by microbatch."""
@@ -293,47 +377,34 @@ class Problem:
             for kind in self.kinds
         ]
 
-    def dependencies(self, op: Op) -> list[tuple[Op, float]]:
-        """The ops that must end before ``op`` starts, each with the latency that follows it."""
-        s, m = op.stage, op.microbatch
-        if op.kind is OpKind.F:
-            return [] if s == 0 else [(self.op(OpKind.F, s - 1, m), self.link_latency(s - 1))]
-        if op.kind is OpKind.B:
-            if s == self.num_model_stages - 1:
-                return [(self.op(OpKind.F, s, m), 0.0)]
-            return [(self.op(OpKind.B, s + 1, m), self.link_latency(s))]
-        return [(self.op(OpKind.B, s, m), 0.0)]
+    # The memory rules.
 
-    def with_layout(self, num_chunks: int, placement: str) -> Problem:
-        """The same model cut into ``num_chunks`` chunks per device in ``placement``.
+    def allocated_by(self, kind: OpKind, stage: int) -> float:
+        """Memory an op of ``kind`` on model ``stage`` allocates when it starts: F its stage's activation."""
+        return self.activation[stage] if kind is OpKind.F else 0.0
 
-        Each device keeps its whole share (the sum over its chunks of costs and activations; its links keep
-        their latency), split evenly over the new chunks; budgets are per device and stay.
+    def released_by(self, kind: OpKind, stage: int) -> float:
+        """Memory an op of ``kind`` on model ``stage`` releases when it ends.
+
+        Unsplit, B releases the whole activation; split, B releases activation - weight_activation and W the
+        weight_activation it kept for the weight gradient. Live intervals are half-open: a release at time t
+        happens before an allocation at t.
         """
-        devices = range(self.num_stages)
+        if kind is OpKind.F:
+            return 0.0
+        if kind is OpKind.W:
+            return self.weight_activation[stage]
+        if self.split_backward:
+            return self.activation[stage] - self.weight_activation[stage]
+        return self.activation[stage]
 
-        def per_device(values: tuple[float, ...]) -> list[float]:
-            return [sum(values[s] for s in self.stages_on_device(d)) for d in devices]
+    def footprint(self, device: int) -> float:
+        """Memory one microbatch holds on ``device`` at once: its activations on all the device's chunks.
 
-        return replace(
-            self,
-            num_chunks=num_chunks,
-            placement=placement,
-            forward=per_device(self.forward_per_stage),
-            backward=per_device(self.backward_per_stage),
-            backward_weight=per_device(self.backward_weight_per_stage),
-            comm=[self.comm_per_stage[min(self.stages_on_device(d))] for d in devices],
-            activation=per_device(self.activation_per_stage),
-            weight_activation=per_device(self.weight_activation_per_stage),
-            budget=None if self.budget_per_device is None else list(self.budget_per_device),
-        )
-
-    def device_work(self, device: int) -> float:
-        """Total op time on ``device`` for one step."""
-        return self.num_microbatches * sum(
-            self.forward_per_stage[s] + self.backward_per_stage[s] + self.backward_weight_per_stage[s]
-            for s in self.stages_on_device(device)
-        )
+        A microbatch's forward on a device's first chunk stays live until its backward there, which needs its
+        forwards on every later chunk of that device, so this is also the least budget that admits a schedule.
+        """
+        return sum(self.activation[s] for s in self.stages_on_device(device))
 
     def max_in_flight(self, device: int) -> int | None:
         """How many microbatches' activations of one stage the budget lets ``device`` hold; None if unlimited.
@@ -341,12 +412,91 @@ class Problem:
         Counted with the largest activation among the device's stages, and never below 1 (construction checks
         that one activation fits).
         """
-        if self.budget_per_device is None:
+        if self.budget is None:
             return None
-        act = max(self.activation_per_stage[s] for s in self.stages_on_device(device))
+        act = max(self.activation[s] for s in self.stages_on_device(device))
         if act <= 0:
             return None
-        return max(1, int(math.floor(self.budget_per_device[device] / act + 1e-9)))
+        return max(1, int(math.floor(self.budget[device] / act + 1e-9)))
+
+    def total_time(self) -> float:
+        """Every op time of one step plus every latency a microbatch crosses twice (down and back up): no
+        schedule's makespan exceeds it."""
+        ops = sum(self.forward) + sum(self.backward) + sum(self.backward_weight)
+        return self.num_microbatches * (ops + 2 * sum(self.comm))
+
+    def device_work(self, device: int) -> float:
+        """Total op time on ``device`` for one step."""
+        return self.num_microbatches * sum(
+            self.forward[s] + self.backward[s] + self.backward_weight[s] for s in self.stages_on_device(device)
+        )
+
+    def with_layout(self, num_chunks: int, placement: str) -> Problem:
+        """The same model cut into ``num_chunks`` chunks per device in ``placement``.
+
+        Each device keeps its whole share (the sum over its chunks of costs and activations; its links keep
+        their latency), split evenly over the new chunks; budgets are per device and stay.
+        """
+        devices = range(self.num_devices)
+
+        def per_device(values: tuple[float, ...]) -> list[float]:
+            return [sum(values[s] for s in self.stages_on_device(d)) for d in devices]
+
+        return Problem.build(
+            num_stages=self.num_devices,
+            num_microbatches=self.num_microbatches,
+            num_chunks=num_chunks,
+            placement=placement,
+            forward=per_device(self.forward),
+            backward=per_device(self.backward),
+            backward_weight=per_device(self.backward_weight),
+            comm=[self.comm[min(self.stages_on_device(d))] for d in devices],
+            activation=per_device(self.activation),
+            weight_activation=per_device(self.weight_activation),
+            budget=None if self.budget is None else list(self.budget),
+        )
+
+
+# Per-stage field -> its name in a config file, which error messages use.
+_PER_STAGE_FIELDS = {
+    "forward": "costs.forward",
+    "backward": "costs.backward",
+    "backward_weight": "costs.backward_weight",
+    "comm": "costs.comm",
+    "activation": "memory.activation",
+    "weight_activation": "memory.weight_activation",
+}
+
+
+def _check_value(name: str, value: object) -> None:
+    if not _is_number(value) or not math.isfinite(float(value)):  # type: ignore[arg-type]
+        raise ConfigError(f"{name} must be a finite number, got {shown(value)}")
+    if float(value) < 0:  # type: ignore[arg-type]
+        raise ConfigError(f"{name} must be >= 0, got {shown(value)}")
+    if float(value) > MAX_TOTAL and name != "memory.budget":  # type: ignore[arg-type]
+        raise ConfigError(
+            f"{name} ({float(value):g}) is above {MAX_TOTAL:g}; express it in a larger unit"  # type: ignore[arg-type]
+        )
+
+
+def _check_placement(placement: object, num_chunks: int) -> Placement:
+    if placement == "loop":
+        return "loop"
+    if placement == "v":
+        if num_chunks != 2:
+            raise ConfigError(f"pipeline.placement 'v' needs num_chunks: 2, got num_chunks: {num_chunks}")
+        return "v"
+    raise ConfigError(f"pipeline.placement must be one of {', '.join(PLACEMENTS)}, got {shown(placement)}")
+
+
+def _expand_budget(budget: PerStage | None, num_devices: int) -> tuple[float, ...] | None:
+    if budget is None:
+        return None
+    return _expand("memory.budget", budget, num_devices, 1, False, tuple(range(num_devices)))
+
+
+def _devices_of_stages(num_devices: int, num_chunks: int, placement: str) -> tuple[int, ...]:
+    return tuple(_device_of_stage(s, num_devices, num_chunks, placement) for s in range(num_devices * num_chunks))
 
 
 def _device_of_stage(stage: int, num_devices: int, num_chunks: int, placement: str) -> int:

@@ -10,14 +10,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeplan.problem import Op, Problem
+from pipeplan.problem import Op, PipeplanError, Problem
 
 
-class ScheduleError(ValueError):
+class ScheduleError(PipeplanError):
     """A schedule that cannot be run: an op missing, repeated, on the wrong device, or a deadlocked order."""
 
 
-class NotApplicable(ValueError):
+class NotApplicable(PipeplanError):
     """A generator that does not apply to a problem (e.g. a zero-bubble schedule without a split backward)."""
 
 
@@ -45,9 +45,9 @@ class Schedule:
 
 def check_complete(problem: Problem, schedule: Schedule) -> None:
     """Raise :class:`ScheduleError` unless every op of ``problem`` appears exactly once, on its own device."""
-    if len(schedule.orders) != problem.num_stages:
+    if len(schedule.orders) != problem.num_devices:
         raise ScheduleError(
-            f"schedule {schedule.name!r} has {len(schedule.orders)} device orders, expected {problem.num_stages}"
+            f"schedule {schedule.name!r} has {len(schedule.orders)} device orders, expected {problem.num_devices}"
         )
     valid_kinds = set(problem.kinds)
     for device, order in enumerate(schedule.orders):

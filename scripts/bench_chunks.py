@@ -1,4 +1,4 @@
-"""The optimizer over 2 chunks per device (issue 4): how far interleaved 1F1B and ZB-V are from the optimum.
+"""The optimizer over 2 chunks per device: how far interleaved 1F1B and ZB-V are from the optimum.
 
 On the split-backward family (F:B:W = 1 : 1 : 0.5, comm 0.03, weight_activation 0.35) with P in {4, 8} and
 N in {2P, 4P}, budgets P and 2P activations, it solves with 2 chunks per device in loop placement (beside
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from bench_solver import family_problem
@@ -41,7 +40,7 @@ def main() -> None:
             for n in (2 * p, 4 * p):
                 for budget in (p, 2 * p):
                     for placement, name in NAMED.items():
-                        problem = replace(family_problem(p, n, budget), num_chunks=2, placement=placement)
+                        problem = family_problem(p, n, budget).with_layout(2, placement)
                         try:
                             named = compute_metrics(simulate(problem, generate(name, problem)))
                         except NotApplicable:

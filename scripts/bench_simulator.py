@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "results"), help="folder for bench_simulator.csv")
     args = parser.parse_args(argv)
 
-    problem = Problem(num_stages=64, num_microbatches=1024, forward=1.0, backward=1.0, backward_weight=0.5,
+    problem = Problem.build(num_stages=64, num_microbatches=1024, forward=1.0, backward=1.0, backward_weight=0.5,
                       comm=0.03, activation=1.0, weight_activation=0.35)
     generate_s, schedule = best_of(args.repeat, lambda: generate("1f1b", problem))
     simulate_s, timeline = best_of(args.repeat, lambda: simulate(problem, schedule))
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     row = {
         "schedule": schedule.name,
-        "num_stages": problem.num_stages,
+        "num_stages": problem.num_devices,
         "num_microbatches": problem.num_microbatches,
         "ops": schedule.num_ops,
         "generate_s": f"{generate_s:.3f}",

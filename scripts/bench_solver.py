@@ -1,4 +1,4 @@
-"""Solver benchmark (issue 3): the CP-SAT optimum beside every named schedule, with its proven bound.
+"""Solver benchmark: the CP-SAT optimum beside every named schedule, with its proven bound.
 
 Rows:
 
@@ -11,7 +11,7 @@ Rows:
 Each row gives the best named schedule (registered generators, replayed, within the budget), the best warm
 start (named or greedy), the optimizer's value, lower bound, gap, status and time, and whether the optimizer is
 strictly better than every named schedule. Writes results/solver_bench.csv after every row, prints the table
-and the issue's goals at the end, and reports progress per row on stderr. Timings depend on what else runs.
+and the benchmark's goals at the end, and reports progress per row on stderr. Timings depend on what else runs.
 
     python scripts/bench_solver.py [--time-limit 60] [--workers N] [--max-p 16] [--quick] [--out results]
 """
@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeplan import NotApplicable, Problem, compute_metrics, generate, load_config, schedule_names, simulate
-from pipeplan.solver import OPTIMAL, solve
+from pipeplan import Problem, compute_metrics, load_config, simulate
+from pipeplan.schedules import generate_applicable
+from pipeplan.solver import OPTIMAL, objective_of, solve
 
 ROOT = Path(__file__).resolve().parent.parent
 OBJECTIVES = ("makespan", "stage_span")
@@ -55,7 +56,7 @@ class Case:
 def family_problem(p: int, n: int, budget: float, forward: float | list[float] = 1.0,
                    backward: float | list[float] = 1.0) -> Problem:
     """The split-backward family: F:B:W = 1 : 1 : 0.5, comm 3 % of F, weight_activation 0.35 of activation."""
-    return Problem(num_stages=p, num_microbatches=n, forward=forward, backward=backward, backward_weight=0.5,
+    return Problem.build(num_stages=p, num_microbatches=n, forward=forward, backward=backward, backward_weight=0.5,
                    comm=0.03, activation=1.0, weight_activation=0.35, budget=budget)
 
 
@@ -89,14 +90,10 @@ def cases(max_p: int, quick: bool) -> Iterator[Case]:
 def named_values(problem: Problem, objective: str) -> dict[str, float]:
     """The objective of every registered schedule that applies and fits the budget, keyed by name."""
     values = {}
-    for name in schedule_names():
-        try:
-            schedule = generate(name, problem)
-        except NotApplicable:
-            continue
+    for schedule in generate_applicable(problem)[0]:
         metrics = compute_metrics(simulate(problem, schedule))
         if metrics.feasible:
-            values[name] = metrics.makespan if objective == "makespan" else metrics.stage_span
+            values[schedule.name] = objective_of(metrics, objective)
     return values
 
 
@@ -108,10 +105,10 @@ def run_case(case: Case, time_limit_s: float, num_workers: int | None) -> dict[s
     best_named_value = named[best_named] if named else float("inf")
     result = solve(problem, objective=case.objective, time_limit_s=time_limit_s, num_workers=num_workers,
                    random_seed=0)
-    budget = problem.budget_per_device
+    budget = problem.budget
     return {
         "case": case.name,
-        "P": problem.num_stages,
+        "P": problem.num_devices,
         "N": problem.num_microbatches,
         "budget": "" if budget is None else f"{max(budget):g}",
         "objective": case.objective,
@@ -150,7 +147,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def goals(rows: list[dict[str, Any]]) -> list[str]:
-    """The issue's goals, each with whether these rows meet it (and which rows miss it)."""
+    """The benchmark's goals, each with whether these rows meet it (and which rows miss it)."""
 
     def label(row: dict[str, Any]) -> str:
         return f"{row['case']} P={row['P']} N={row['N']} budget={row['budget']} {row['objective']}"

@@ -1,4 +1,4 @@
-"""Every named schedule beside the optimizer on the solver issue's split-backward family (issue 4's table).
+"""Every named schedule beside the optimizer on the solver benchmark's split-backward family.
 
 For P in {4, 8, 16}, N in {P, 2P, 4P, 8P} and budgets P and 2P activations, it replays gpipe, 1f1b, zb-h1 and
 zb-h2 (one chunk per device), interleaved-1f1b (2 chunks, loop placement) and zb-v (2 chunks, V placement) on
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-from dataclasses import replace
 from pathlib import Path
 
 from bench_solver import family_problem
@@ -56,7 +55,7 @@ def main() -> None:
                 base = family_problem(p, n, budget)
                 row: dict[str, object] = {"P": p, "N": n, "budget": budget}
                 for name, chunks, placement in NAMED:
-                    problem = replace(base, num_chunks=chunks, placement=placement)
+                    problem = base.with_layout(chunks, placement)
                     try:
                         m = compute_metrics(simulate(problem, generate(name, problem)))
                     except NotApplicable:

@@ -92,17 +92,17 @@ def solve_model(config: Config, out: Path, png: bool, time_limit: float | None) 
         figure = figures.compare([timelines[name] for name in drawn], titles,
                                  title=f"{config.name}: {' and '.join(drawn)} (the optimizer's schedule)",
                                  time_unit=unit, memory_unit=config.units.memory)
-        save(figure, folder / "schedules", png=png)
+        save(figure, folder / "schedules", png=png, self_contained=False)
         bars = utilization_bars(summary["schedules"], summary["chosen"],
                                 title=f"{config.name}: utilization per schedule (higher is better)")
         bars.update_layout(width=900)
-        save(bars, folder / "utilization", png=png)
+        save(bars, folder / "utilization", png=png, self_contained=False)
         if png:
             with tempfile.TemporaryDirectory() as tmp:
                 run = Path(tmp) / "run"
                 write_results(run, summary, timelines,
                               extra=lambda f: (f / REPORT_NAME).write_text(render_folder(f), encoding="utf-8"))
-                devices = config.problem.num_stages
+                devices = config.problem.num_devices
                 height = 1250 + 2 * (190 + 40 * devices) + (200 + 120 * devices) + 500
                 screenshot(run / REPORT_NAME, folder / "report.png", height)
 
@@ -121,7 +121,7 @@ def sweep_model(config: Config, budgets: list[float], out: Path, png: bool, time
     figure = frontier_figure(rows, settings.objective,
                              title=f"{config.name}: {settings.objective} against activation memory budget",
                              time_unit=config.units.time, memory_unit=config.units.memory)
-    save(figure, out, png=png)
+    save(figure, out, png=png, self_contained=False)
     points = ", ".join(f"{row.budget:g}: {row.objective:.4g}" for row in rows
                        if row.schedule == "optimal" and row.objective is not None)
     return f"{config.name} frontier (budget: optimal {settings.objective}): {points}"
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(solve_model(load_config(MODELS / f"{name}.yaml"), out / name, not args.no_png, args.time_limit))
     if args.frontier:
         config = load_config(MODELS / f"{args.frontier}.yaml")
-        budgets = FRONTIER_BUDGETS.get(args.frontier) or [config.problem.budget_per_device[0] * k / 4  # type: ignore[index]
+        budgets = FRONTIER_BUDGETS.get(args.frontier) or [config.problem.budget[0] * k / 4  # type: ignore[index]
                                                           for k in range(2, 9)]
         print(sweep_model(config, budgets, out / f"frontier-{args.frontier}", not args.no_png, args.time_limit))
     return 0

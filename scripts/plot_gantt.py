@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
     # The seed's costs (F 1, B 2) on a pipeline small enough to read every op.
-    problem = Problem(num_stages=4, num_microbatches=8, forward=1.0, backward=2.0)
+    problem = Problem.build(num_stages=4, num_microbatches=8, forward=1.0, backward=2.0)
     timelines = [simulate(problem, generate(name, problem)) for name in LABELS]
     titles = []
     for name, timeline in zip(LABELS, timelines):
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
               f"makespan {metrics.makespan:.1f}, bubble {100 * metrics.bubble:.1f} %")
         titles.append(f"{LABELS[name]}: first stage holds {first:g} activations, makespan {metrics.makespan:g}")
     figure = compare(timelines, titles, title="GPipe vs 1F1B, 4 stages, 8 microbatches, F = 1, B = 2, no budget")
-    for path in save(figure, Path(args.out) / "gantt_4x8", png=not args.no_png):
+    for path in save(figure, Path(args.out) / "gantt_4x8", png=not args.no_png, self_contained=False):
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 

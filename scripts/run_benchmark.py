@@ -37,15 +37,15 @@ def summary(label: str, metrics: Metrics, memory_unit: str) -> str:
 def plan_for(problem: Problem) -> dict[str, object]:
     """Call the planner's public API with the config's problem (one chunk per device)."""
     return plan(
-        num_stages=problem.num_stages,
+        num_stages=problem.num_devices,
         total_microbatches=problem.num_microbatches,
-        memory_budget=None if problem.budget_per_device is None else list(problem.budget_per_device),
-        forward=list(problem.forward_per_stage),
-        backward=list(problem.backward_per_stage),
-        backward_weight=list(problem.backward_weight_per_stage),
-        comm=list(problem.comm_per_stage),
-        activation=list(problem.activation_per_stage),
-        weight_activation=list(problem.weight_activation_per_stage),
+        memory_budget=None if problem.budget is None else list(problem.budget),
+        forward=list(problem.forward),
+        backward=list(problem.backward),
+        backward_weight=list(problem.backward_weight),
+        comm=list(problem.comm),
+        activation=list(problem.activation),
+        weight_activation=list(problem.weight_activation),
     )
 
 
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         after_schedule = generate(after_name, problem)
     after = simulate(problem, after_schedule)
-    budget = "unlimited" if problem.budget_per_device is None else f"{max(problem.budget_per_device):g}"
+    budget = "unlimited" if problem.budget is None else f"{max(problem.budget):g}"
     figure = compare(
         [timelines["gpipe"], after],
         [f"before: {summary('GPipe', before, units.memory)}",
@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         time_unit=units.time,
         memory_unit=units.memory,
     )
-    written = save(figure, out / "seed_before_after", png=not args.no_png)
+    written = save(figure, out / "seed_before_after", png=not args.no_png,
+                   self_contained=False)
     for path in [table, *written]:
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0

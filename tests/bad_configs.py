@@ -12,7 +12,7 @@ CONFIGS = Path(__file__).parent / "configs"
 
 BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-missing-file.yaml", "does not exist"),  # deliberately not in tests/configs/
-    ("bad-yaml-syntax.yaml", "YAML syntax error at line 3"),
+    ("bad-yaml-syntax.yaml", "YAML syntax error at line 3, column 6: expected ',' or '}', but got ':'; fix the file"),
     ("bad-wrong-type-count.yaml", "pipeline.num_stages must be a whole number >= 1, got 'eight'"),
     ("bad-wrong-type-cost.yaml", "costs.forward must be a finite number or a list of finite numbers, got 'fast'"),
     ("bad-fractional-count.yaml", "pipeline.num_microbatches must be a whole number >= 1, got 8.5"),
@@ -33,6 +33,11 @@ BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-section-not-mapping.yaml", "costs must be a mapping of forward, backward"),
     ("bad-split-without-weight.yaml", "costs.backward_weight must be > 0 on every stage or 0 on every stage"),
     ("bad-solver-objective.yaml", "solver.objective must be one of makespan, stage_span, got 'throughput'"),
+    ("bad-list-as-key.yaml", "line 3: a list is used as a key; keys are names such as num_stages"),
+    ("bad-alias-bomb.yaml", "the config holds more than 20000 values (each use of an alias"),
+    ("bad-recursive-alias.yaml", "line 3: alias *f is used inside the value it names; write that value out"),
+    ("bad-nested-too-deep.yaml", "line 3: values are nested more than 20 levels deep"),
+    ("bad-not-utf8.yaml", "byte 0xe9 at offset 9 (line 1) is not valid UTF-8; save the file as UTF-8"),
 ]
 
 # Configs that load (so ``simulate`` runs them) but admit no schedule: ``solve`` exits 2 naming the smallest budget
@@ -45,4 +50,5 @@ GOOD_CONFIGS: list[Path] = [
     CONFIGS.parent.parent / "models" / "seed-8x64.yaml",
     CONFIGS / "good-minimal.yaml",
     CONFIGS / "good-per-stage-split.yaml",
+    CONFIGS / "good-yaml-features.yaml",
 ]

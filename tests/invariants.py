@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from pipeplan import Metrics, OpKind, Problem, Timeline
+from pipeplan import Metrics, OpKind, Problem, Timeline, compute_metrics, generate, simulate
 
 EPS = 1e-6
 
@@ -23,8 +23,8 @@ def peak_memory(problem: Problem, timeline: Timeline) -> list[float]:
             continue
         device = problem.device_of(op.stage)
         alloc = times[op][0]
-        act = problem.activation_per_stage[op.stage]
-        wact = problem.weight_activation_per_stage[op.stage]
+        act = problem.activation[op.stage]
+        wact = problem.weight_activation[op.stage]
         b_end = times[problem.op(OpKind.B, op.stage, op.microbatch)][1]
         if problem.split_backward:
             w_end = times[problem.op(OpKind.W, op.stage, op.microbatch)][1]
@@ -33,7 +33,7 @@ def peak_memory(problem: Problem, timeline: Timeline) -> list[float]:
         else:
             intervals[device].append((alloc, b_end, act))
     peaks = []
-    for device in range(problem.num_stages):
+    for device in range(problem.num_devices):
         ivs = intervals[device]
         peak = 0.0
         for t, _, _ in ivs:
@@ -70,8 +70,16 @@ def assert_valid(problem: Problem, timeline: Timeline, metrics: Metrics | None =
         peaks = peak_memory(problem, timeline)
         for got, want in zip(metrics.peak_memory_per_device, peaks):
             assert abs(got - want) < EPS, f"reported peak {got}, counted {want}"
-        if metrics.feasible and problem.budget_per_device is not None:
-            for device, (peak, budget) in enumerate(zip(peaks, problem.budget_per_device)):
+        if metrics.feasible and problem.budget is not None:
+            for device, (peak, budget) in enumerate(zip(peaks, problem.budget)):
                 assert peak <= budget + EPS, f"device {device} peaks at {peak} over budget {budget}"
         makespan = max(e for _, e in times.values()) - min(s for s, _ in times.values())
         assert abs(metrics.makespan - makespan) < EPS
+
+
+def replay_valid(problem: Problem, name: str) -> tuple[Timeline, Metrics]:
+    """Generate the named schedule, replay it and check every invariant; return the timeline and metrics."""
+    timeline = simulate(problem, generate(name, problem))
+    metrics = compute_metrics(timeline)
+    assert_valid(problem, timeline, metrics)
+    return timeline, metrics

@@ -10,14 +10,16 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS, UNSOLVABLE_CONFIGS
 
+import pipeplan.cli
 import pipeplan.report.html
 from pipeplan import __version__, formulas, schedule_names
-from pipeplan.cli import USER_ERROR, cli, format_progress, format_sweep, main, parse_budgets
+from pipeplan.cli import INTERNAL_ERROR, USER_ERROR, cli, format_progress, format_sweep, main, parse_budgets
 from pipeplan.frontier import SweepProgress
 from pipeplan.solver import Progress
 
@@ -121,6 +123,25 @@ def test_debug_shows_the_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
     assert "Traceback (most recent call last)" in err
     assert "costs.comm must be >= 0" in err
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), ValueError("an internal invariant broke"),
+                                   KeyError("op"), ZeroDivisionError("division by zero")])
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_bug_is_an_internal_error_with_exit_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, error: Exception, debug: bool
+) -> None:
+    """An exception that is not a user error (not a PipeplanError or OSError), even a ValueError, is a bug:
+    exit 1 with one line that says so; the traceback only with --debug."""
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(pipeplan.cli, "compute_metrics", broken)
+    code, _, err = run(capsys, "simulate", SEED, "--schedule", "1f1b", *(["--debug"] if debug else []))
+    assert code == INTERNAL_ERROR == 1
+    assert f"internal error ({type(error).__name__}" in err and "please report" in err
+    assert ("Traceback (most recent call last)" in err) == debug
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -328,3 +349,23 @@ def test_a_failed_write_leaves_nothing(
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
     assert [p.name for p in out.iterdir()] == ["summary.json"]
     assert (out / "summary.json").read_text(encoding="utf-8") == "{}"
+
+
+@pytest.fixture(scope="module")
+def ten_million_values(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("huge") / "huge.yaml"
+    path.write_bytes(b"pipeline: {num_stages: 4, num_microbatches: 8}\ncosts:\n  forward: ["
+                     + b"1," * 10_000_000 + b"1]\n")
+    return path
+
+
+@pytest.mark.parametrize("command", list(CONFIG_COMMANDS))
+def test_a_huge_config_is_refused_at_once(
+    capsys: pytest.CaptureFixture[str], ten_million_values: Path, command: str
+) -> None:
+    """A 20 MB list took minutes to parse; a file over the size limit is refused before parsing."""
+    started = time.monotonic()
+    code, out, err = run(capsys, command, str(ten_million_values), *CONFIG_COMMANDS[command])
+    assert time.monotonic() - started < 5
+    assert code == USER_ERROR and out == ""
+    assert "is larger than 1000000 bytes, the limit" in err and err.count("\n") == 1 and "Traceback" not in err

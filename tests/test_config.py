@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 import pytest
 from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS
 
 from pipeplan import ConfigError, Problem, load_config
-from pipeplan.config import SolverSettings, config_from_dict
+from pipeplan.config import SolverSettings, config_from_dict, load_yaml
 
 SEED = CONFIGS.parent.parent / "models" / "seed-8x64.yaml"
 
@@ -47,24 +49,24 @@ def test_seed_config_is_the_seed_problem() -> None:
     config = load_config(SEED)
     problem = config.problem
     assert config.name == "seed-8x64"
-    assert (problem.num_stages, problem.num_microbatches, problem.num_chunks) == (8, 64, 1)
-    assert problem.forward_per_stage == (1.0,) * 8
-    assert problem.backward_per_stage == (2.0,) * 8
+    assert (problem.num_devices, problem.num_microbatches, problem.num_chunks) == (8, 64, 1)
+    assert problem.forward == (1.0,) * 8
+    assert problem.backward == (2.0,) * 8
     assert not problem.split_backward
-    assert problem.comm_per_stage == (0.0,) * 8
-    assert problem.activation_per_stage == (1.0,) * 8
-    assert problem.budget_per_device == (8.0,) * 8
+    assert problem.comm == (0.0,) * 8
+    assert problem.activation == (1.0,) * 8
+    assert problem.budget == (8.0,) * 8
 
 
 def test_per_stage_lists_units_and_split_backward() -> None:
     config = load_config(CONFIGS / "good-per-stage-split.yaml")
     problem = config.problem
     assert config.name == "uneven-4x12"
-    assert problem.forward_per_stage == (1.2, 1.0, 1.0, 1.4)
-    assert problem.backward_weight_per_stage == (0.9, 0.8, 0.8, 1.0)
+    assert problem.forward == (1.2, 1.0, 1.0, 1.4)
+    assert problem.backward_weight == (0.9, 0.8, 0.8, 1.0)
     assert problem.split_backward
-    assert problem.weight_activation_per_stage == (0.5,) * 4
-    assert problem.budget_per_device == (8, 8, 6, 5)
+    assert problem.weight_activation == (0.5,) * 4
+    assert problem.budget == (8, 8, 6, 5)
     assert (config.units.time, config.units.memory) == ("ms", "GiB")
 
 
@@ -72,9 +74,9 @@ def test_defaults_and_name_from_file_stem() -> None:
     config = load_config(CONFIGS / "good-minimal.yaml")
     problem = config.problem
     assert config.name == "good-minimal"
-    assert problem.forward_per_stage == (1.0,) * 3
-    assert problem.backward_per_stage == (2.0,) * 3
-    assert problem.budget_per_device is None
+    assert problem.forward == (1.0,) * 3
+    assert problem.backward == (2.0,) * 3
+    assert problem.budget is None
     assert config.solver.objective == "makespan"
     assert (config.units.time, config.units.memory) == ("units", "slots")
 
@@ -87,7 +89,13 @@ def test_defaults_and_name_from_file_stem() -> None:
         ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "solver": {"time_limit_s": 0}},
          "solver.time_limit_s must be a positive number"),
         ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "solver": {"num_workers": 0}},
-         "solver.num_workers must be a whole number >= 1"),
+         "solver.num_workers must be a whole number from 1 to 10000, got 0"),
+        ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "solver": {"num_workers": 100000}},
+         "solver.num_workers must be a whole number from 1 to 10000, got 100000"),
+        ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "solver": {"random_seed": 2**31}},
+         "solver.random_seed must be a whole number from 0 to 2147483647, got 2147483648"),
+        ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "solver": {"time_limit_s": float("nan")}},
+         "solver.time_limit_s must be a positive number"),
         ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "units": {"time": 3}},
          "units.time must be a text"),
         ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "units": {"money": "EUR"}},
@@ -102,7 +110,8 @@ def test_defaults_and_name_from_file_stem() -> None:
          "memory.weight_activation is 0.5 but the backward is not split"),
         ("pipeline", "the top level must be a mapping"),
     ],
-    ids=["solver-unknown-key", "solver-time-limit", "solver-workers", "units-type", "units-unknown-key",
+    ids=["solver-unknown-key", "solver-time-limit", "solver-workers", "solver-workers-above-cp-sat",
+         "solver-seed-above-int32", "solver-time-limit-nan", "units-type", "units-unknown-key",
          "empty-name", "bool-count", "placement", "zero-work", "weight-activation-unsplit", "scalar-top-level"],
 )
 def test_config_from_dict_errors(data: object, message: str) -> None:
@@ -116,3 +125,85 @@ def test_solver_section_is_read() -> None:
         "solver": {"objective": "stage_span", "time_limit_s": 5, "num_workers": 1, "random_seed": 7},
     })
     assert config.solver == SolverSettings(objective="stage_span", time_limit_s=5, num_workers=1, random_seed=7)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("3e-2", 0.03), ("1e308", 1e308), ("1E5", 1e5), ("-2.5e+3", -2500.0), (".5e1", 5.0), ("2.0e-1", 0.2),
+     ("8", 8), ("1.5", 1.5), (".inf", float("inf")), ("1e", "1e"), ("e5", "e5"), ("3e-2x", "3e-2x"),
+     ("1.2.3", "1.2.3"), ("'3e-2'", "3e-2")],
+)
+def test_floats_with_an_exponent_are_numbers(text: str, value: object) -> None:
+    """YAML 1.1 (PyYAML) reads 3e-2 and 1e308 as text; configs read them as numbers, as YAML 1.2 does."""
+    loaded = load_yaml(f"x: {text}\n")["x"]
+    assert loaded == value and type(loaded) is type(value)
+
+
+def test_exponent_floats_reach_the_problem(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("pipeline: {num_stages: 2, num_microbatches: 4}\ncosts: {forward: 3e-2, backward: 6e-2}\n"
+                    "memory: {activation: 1e0, budget: 1e308}\n", encoding="utf-8")
+    problem = load_config(path).problem
+    assert problem.forward == (0.03, 0.03)
+    assert problem.backward == (0.06, 0.06)
+    assert problem.budget == (1e308, 1e308)
+
+
+def test_merge_keys_and_aliases_are_read() -> None:
+    config = load_config(CONFIGS / "good-yaml-features.yaml")
+    problem = config.problem
+    assert (problem.num_devices, problem.num_microbatches) == (4, 8)  # the key written beside '<<' wins
+    assert problem.forward == (0.01,) * 4 and problem.backward_weight == (0.015,) * 4
+    assert problem.budget == (2.0, 10.0, 10.0, 10.0)
+    assert load_yaml("a: &a {x: 1, y: 2}\nb: {<<: *a, y: 3}\n")["b"] == {"x": 1, "y": 3}
+    with pytest.raises(ConfigError, match="line 2: key 'y' is given twice"):
+        load_yaml("a: &a {x: 1}\nb: {<<: *a, y: 3, y: 4}\n")
+
+
+def test_a_huge_value_is_never_rendered_in_full(tmp_path: Path) -> None:
+    """Messages show a few items of a bad value: rendering a nested list in full could take gigabytes."""
+    inner = "[" + ", ".join(["1"] * 5000) + "]"
+    path = tmp_path / "c.yaml"
+    path.write_text(f"pipeline: {{num_stages: 2, num_microbatches: 4}}\ncosts: {{forward: [{inner}, {inner}]}}\n",
+                    encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.startswith("costs.forward must be a finite number or a list of finite numbers, got [1, 1,")
+    assert len(message) < 200
+    with pytest.raises(ConfigError) as info:
+        load_yaml(f"? {'x' * 100_000}\n: 1\n? {'x' * 100_000}\n: 2\n")
+    assert "is given twice" in str(info.value) and len(str(info.value)) < 200
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("pipeline: {num_stages: 2, num_microbatches: 4}\ncosts:\n  forward: [" + ",".join(["1"] * 400_000) + "]\n",
+         "the config holds more than 20000 values"),
+        ("x: " + "[" * 10_000 + "]" * 10_000 + "\n", "nested more than 20 levels deep"),
+        ("a: &a [1]\nb: *nope\n", "found undefined alias 'nope'"),
+        ("? {a: 1}\n: 2\n", "line 1: a mapping is used as a key"),
+        ("x: " + "9" * 5000 + "\n", "a value in the file cannot be read (Exceeds the limit (4300 digits)"),
+    ],
+    ids=["many-values", "deep-nesting", "undefined-alias", "mapping-as-key", "5000-digits"],
+)
+def test_yaml_that_would_take_long_or_crash_is_refused_quickly(text: str, message: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_yaml(text)
+    assert time.monotonic() - started < 10  # well under a second alone; generous for a loaded machine
+
+
+def test_a_file_over_the_size_limit_is_not_parsed(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_bytes(b"x: [" + b"1," * 10_000_000 + b"1]\n")  # ten million values, 20 MB
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="is larger than 1000000 bytes, the limit; a config is a few KB"):
+        load_config(path)
+    assert time.monotonic() - started < 5
+
+
+def test_a_huge_whole_number_is_named_by_its_size() -> None:
+    with pytest.raises(ConfigError, match="pipeline.num_stages must be >= 1, got a whole number with about 400 digits"):
+        config_from_dict({"pipeline": {"num_stages": -(10**400), "num_microbatches": 2}})

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import struct
 from pathlib import Path
 
+import pytest
+
 from pipeplan import OpKind, Problem, generate, memory_timeline, simulate
+from pipeplan.report import figures
 from pipeplan.report.figures import KIND_COLOURS, compare, gantt, memory_figure, save
 
-SPLIT = Problem(num_stages=3, num_microbatches=4, forward=1.0, backward=1.5, backward_weight=0.5, comm=0.25,
+SPLIT = Problem.build(num_stages=3, num_microbatches=4, forward=1.0, backward=1.5, backward_weight=0.5, comm=0.25,
                 activation=2.0, weight_activation=0.5, budget=5)
 
 
@@ -35,7 +41,7 @@ def test_memory_figure_follows_the_memory_timeline() -> None:
     timeline = simulate(SPLIT, generate("gpipe", SPLIT))
     fig = memory_figure(timeline)
     steps = memory_timeline(timeline)
-    assert len(fig.data) == SPLIT.num_stages
+    assert len(fig.data) == SPLIT.num_devices
     for device, trace in enumerate(fig.data):
         assert list(trace.x[:-1]) == [t for t, _ in steps[device]]
         assert list(trace.y[:-1]) == [level for _, level in steps[device]]
@@ -44,15 +50,15 @@ def test_memory_figure_follows_the_memory_timeline() -> None:
     # GPipe fits 2 microbatches of 2 per flush in a budget of 5: the peak is 4 on every device.
     assert [max(trace.y) for trace in fig.data] == [4, 4, 4]
     budget_lines = [shape for shape in fig.layout.shapes if shape.y0 == shape.y1 == 5]
-    assert len(budget_lines) == SPLIT.num_stages
+    assert len(budget_lines) == SPLIT.num_devices
 
 
 def test_compare_stacks_gantt_and_memory_rows(tmp_path: Path) -> None:
-    problem = Problem(num_stages=4, num_microbatches=8)
+    problem = Problem.build(num_stages=4, num_microbatches=8)
     timelines = [simulate(problem, generate(name, problem)) for name in ("gpipe", "1f1b")]
     fig = compare(timelines, ["GPipe", "1F1B"], title="two schedules")
     kinds_per_row = 2  # F and B, unsplit
-    assert len(fig.data) == 2 * (kinds_per_row + problem.num_stages)
+    assert len(fig.data) == 2 * (kinds_per_row + problem.num_devices)
     peaks = [max(max(trace.y) for trace in fig.data[start:start + 4]) for start in (2, 8)]
     assert peaks == [8, 4]
     written = save(fig, tmp_path / "sub" / "cmp", png=False)
@@ -61,6 +67,71 @@ def test_compare_stacks_gantt_and_memory_rows(tmp_path: Path) -> None:
 
 
 def test_large_gantt_drops_microbatch_labels() -> None:
-    problem = Problem(num_stages=2, num_microbatches=40)
+    problem = Problem.build(num_stages=2, num_microbatches=40)
     fig = gantt(simulate(problem, generate("1f1b", problem)))
     assert all(trace.text is None for trace in fig.data)
+
+
+def test_png_export_without_a_browser_points_at_the_system_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-chromium-here"))
+    fig = gantt(simulate(SPLIT, generate("1f1b", SPLIT)))
+    with caplog.at_level(logging.WARNING, logger="pipeplan.report.figures"):
+        written = save(fig, tmp_path / "out" / "gantt")
+    assert written == [tmp_path / "out" / "gantt.html"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["gantt.html"]
+    (message,) = [record.getMessage() for record in caplog.records]
+    assert message.startswith(f"PNG export of gantt.png skipped: no browser at '{tmp_path / 'no-chromium-here'}'")
+    assert "apt-get install chromium" in message and "set BROWSER_PATH" in message
+    assert "plotly_get_chrome" not in message and "kaleido_get_chrome" not in message
+    assert str(tmp_path / "out") not in message  # the folder may be a temporary one that is gone by then
+    assert os.environ["BROWSER_PATH"] == str(tmp_path / "no-chromium-here")
+
+
+def test_png_export_passes_the_browser_to_kaleido_and_leaves_the_environment_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kaleido
+
+    calls: list[dict[str, object]] = []
+
+    def fake_calc_fig_sync(fig: object, opts: dict[str, object], kopts: dict[str, object]) -> bytes:
+        calls.append({"opts": opts, "kopts": kopts})
+        return b"\x89PNG\r\n\x1a\n"
+
+    monkeypatch.setattr(kaleido, "calc_fig_sync", fake_calc_fig_sync)
+    monkeypatch.delenv("BROWSER_PATH", raising=False)
+    chromium = tmp_path / "chromium"
+    chromium.write_text("", encoding="utf-8")
+    monkeypatch.setattr(figures, "SYSTEM_CHROMIUM", chromium)
+    monkeypatch.setattr(figures.shutil, "which", lambda name: None)
+    before = dict(os.environ)
+    fig = gantt(simulate(SPLIT, generate("1f1b", SPLIT)))
+    written = save(fig, tmp_path / "gantt")
+    assert written == [tmp_path / "gantt.html", tmp_path / "gantt.png"]
+    assert calls == [{"opts": {"format": "png", "width": 1400, "height": fig.layout.height, "scale": 1},
+                      "kopts": {"mathjax": False, "path": str(chromium)}}]
+    assert dict(os.environ) == before
+    monkeypatch.setenv("BROWSER_PATH", "/opt/chrome/chrome")
+    save(fig, tmp_path / "gantt2")
+    assert calls[-1]["kopts"] == {"mathjax": False, "path": "/opt/chrome/chrome"}
+
+
+@pytest.mark.skipif(figures.browser_path() is None, reason="no Chromium (apt-get install chromium)")
+def test_png_export_draws_the_figure(tmp_path: Path) -> None:
+    fig = gantt(simulate(SPLIT, generate("1f1b", SPLIT)))
+    written = save(fig, tmp_path / "gantt")
+    assert written[-1] == tmp_path / "gantt.png"
+    header = written[-1].read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", header[16:24]) == (1400, fig.layout.height)
+
+
+def test_saved_html_embeds_plotly_unless_asked_not_to(tmp_path: Path) -> None:
+    fig = gantt(simulate(SPLIT, generate("1f1b", SPLIT)))
+    (html,) = save(fig, tmp_path / "embedded", png=False)
+    text = html.read_text(encoding="utf-8")
+    assert "* plotly.js v" in text and "<script src" not in text
+    (html,) = save(fig, tmp_path / "cdn", png=False, self_contained=False)
+    assert 'src="https://cdn.plot.ly/plotly-' in html.read_text(encoding="utf-8")

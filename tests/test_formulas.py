@@ -28,7 +28,7 @@ def flush_sizes(n: int) -> list[int]:
 @pytest.mark.parametrize(("p", "f", "b"), GRID, ids=GRID_IDS)
 def test_gpipe_with_k_per_flush_matches_closed_form(p: int, f: float, b: float) -> None:
     for n in MICROBATCHES:
-        problem = Problem(num_stages=p, num_microbatches=n, forward=f, backward=b)
+        problem = Problem.build(num_stages=p, num_microbatches=n, forward=f, backward=b)
         for k in flush_sizes(n):
             schedule = gpipe_with_flush_size(problem, k)
             metrics = compute_metrics(simulate(problem, schedule))
@@ -44,7 +44,7 @@ def test_gpipe_flushes_come_from_the_budget(p: int, f: float, b: float) -> None:
     """An activation of 2 and a budget of 2k + 1 admit k microbatches per flush (the odd unit is not enough)."""
     for n in MICROBATCHES:
         for k in flush_sizes(n):
-            problem = Problem(num_stages=p, num_microbatches=n, forward=f, backward=b, activation=2.0,
+            problem = Problem.build(num_stages=p, num_microbatches=n, forward=f, backward=b, activation=2.0,
                               budget=2 * k + 1)
             schedule = generate("gpipe", problem)
             timeline = simulate(problem, schedule)
@@ -54,7 +54,7 @@ def test_gpipe_flushes_come_from_the_budget(p: int, f: float, b: float) -> None:
             assert metrics.makespan == pytest.approx(closed.gpipe_makespan(p, n, k, f, b)), where
             assert metrics.peak_memory == 2 * closed.gpipe_peak(n, k), where
             assert metrics.feasible, where
-    problem = Problem(num_stages=p, num_microbatches=20, forward=f, backward=b, activation=2.0, budget=7)
+    problem = Problem.build(num_stages=p, num_microbatches=20, forward=f, backward=b, activation=2.0, budget=7)
     timeline = simulate(problem, generate("gpipe", problem))
     assert_valid(problem, timeline, compute_metrics(timeline))
 
@@ -62,7 +62,7 @@ def test_gpipe_flushes_come_from_the_budget(p: int, f: float, b: float) -> None:
 @pytest.mark.parametrize(("p", "f", "b"), GRID, ids=GRID_IDS)
 def test_1f1b_matches_closed_form(p: int, f: float, b: float) -> None:
     for n in MICROBATCHES:
-        problem = Problem(num_stages=p, num_microbatches=n, forward=f, backward=b)
+        problem = Problem.build(num_stages=p, num_microbatches=n, forward=f, backward=b)
         metrics = compute_metrics(simulate(problem, generate("1f1b", problem)))
         where = f"P={p} N={n}"
         assert metrics.makespan == pytest.approx(closed.one_f_one_b_makespan(p, n, f, b)), where
@@ -72,7 +72,7 @@ def test_1f1b_matches_closed_form(p: int, f: float, b: float) -> None:
         assert metrics.peak_memory_per_device == [min(p - r, n) for r in range(p)], where
 
 
-def test_formulas_agree_with_reference_examples() -> None:
+def test_formulas_agree_with_published_examples() -> None:
     """The closed forms themselves, on the seed: GPipe in 8 flushes of 8, and 1F1B, with F = 1, B = 2."""
     assert closed.gpipe_flushes(64, 8) == 8
     assert closed.gpipe_makespan(8, 64, 8, 1.0, 2.0) == (64 + 8 * 7) * 3

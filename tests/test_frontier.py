@@ -22,10 +22,10 @@ from pipeplan.solver import OPTIMAL, InfeasibleBudget, solve
 
 SETTINGS = SolverSettings(time_limit_s=2, num_workers=1, random_seed=0)
 # Three devices, the first and last heavier, split backward, comm latency.
-SPLIT = Problem(num_stages=3, num_microbatches=6, forward=[1.1, 1.0, 1.4], backward=[1.0, 1.0, 1.3],
+SPLIT = Problem.build(num_stages=3, num_microbatches=6, forward=[1.1, 1.0, 1.4], backward=[1.0, 1.0, 1.3],
                 backward_weight=0.5, comm=0.05, activation=1, weight_activation=0.35)
 # Two chunks per device in V placement: each holds 0.5 per chunk, so one microbatch needs 1 per device.
-VSHAPE = Problem(num_stages=2, num_microbatches=6, num_chunks=2, placement="v", forward=1.0, backward=1.0,
+VSHAPE = Problem.build(num_stages=2, num_microbatches=6, num_chunks=2, placement="v", forward=1.0, backward=1.0,
                  backward_weight=0.5, comm=0.03, activation=1, weight_activation=0.35)
 TINY_CONFIG = Path(__file__).parent / "configs" / "good-minimal.yaml"
 
@@ -77,7 +77,7 @@ def test_a_budget_below_one_activation_is_a_row_with_the_reason() -> None:
     assert first.status == INFEASIBLE and not first.feasible and first.objective is None
     assert "memory.budget (0.5) on device 0 is below one activation (1)" in first.note
     assert [row.budget for row in rows].count(0.5) == 1  # no named rows: no problem can be built there
-    assert second.status in (OPTIMAL, "FEASIBLE") and second.note == ""
+    assert second.status != INFEASIBLE and second.objective is not None and second.note == ""
 
 
 def test_a_budget_below_the_chunks_minimum_is_a_row_and_all_such_budgets_an_error() -> None:
@@ -114,8 +114,8 @@ def test_progress_reports_each_budget_then_its_solve() -> None:
 
 def test_a_worse_answer_at_a_larger_budget_is_replaced_by_the_smaller_budgets_schedule() -> None:
     """The guard behind the monotone curve: the previous answer, replayed under the larger budget, is kept."""
-    small = replace(SPLIT, budget=2.0)
-    large = replace(SPLIT, budget=3.0)
+    small = SPLIT.with_budget(2.0)
+    large = SPLIT.with_budget(3.0)
     at_small = solve(small, time_limit_s=2, num_workers=1)
     at_large = solve(large, time_limit_s=2, num_workers=1)
     kept = _keep_previous(large, at_small, 2.0, at_large)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from invariants import assert_valid
+from invariants import replay_valid
 from strategies import uneven_stage_values
 
 from pipeplan import Metrics, NotApplicable, Problem, Timeline, compute_metrics, generate, simulate
@@ -29,17 +29,14 @@ NAME = "interleaved-1f1b"
 COSTS = [(1.0, 2.0, 0.0), (1.0, 1.0, 1.0), (1.0, 1.2, 0.6), (2.0, 1.0, 0.5)]
 
 
-def replay(problem: Problem) -> tuple[Timeline, Metrics]:
+def replay(problem: Problem, name: str = NAME) -> tuple[Timeline, Metrics]:
     """Generate, replay and check every invariant; return the timeline and metrics."""
-    timeline = simulate(problem, generate(NAME, problem))
-    metrics = compute_metrics(timeline)
-    assert_valid(problem, timeline, metrics)
-    return timeline, metrics
+    return replay_valid(problem, name)
 
 
 def uniform(p: int, n: int, v: int, costs: tuple[float, float, float], **extra: Any) -> Problem:
     f, b, w = costs
-    return Problem(p, n, forward=f, backward=b, backward_weight=w, num_chunks=v, **extra)
+    return Problem.build(p, n, forward=f, backward=b, backward_weight=w, num_chunks=v, **extra)
 
 
 @pytest.mark.parametrize("costs", COSTS)
@@ -60,7 +57,7 @@ def test_makespan_and_peak_match_closed_form(costs: tuple[float, float, float], 
 
 def test_bubble_is_1f1b_bubble_divided_by_v() -> None:
     p, n = 4, 16
-    flat = Problem(p, n, forward=1, backward=2)
+    flat = Problem.build(p, n, forward=1, backward=2)
     one_f_one_b = compute_metrics(simulate(flat, generate("1f1b", flat)))
     assert one_f_one_b.makespan == one_f_one_b_makespan(p, n, 1, 2) == 57
     for v in (2, 3, 4):
@@ -115,7 +112,7 @@ TRACE = [
 
 
 def test_full_trace_p2_v2_n3() -> None:
-    problem = Problem(2, 3, forward=[1, 1, 1, 1], backward=[2, 2, 2, 2], num_chunks=2)
+    problem = Problem.build(2, 3, forward=[1, 1, 1, 1], backward=[2, 2, 2, 2], num_chunks=2)
     timeline, metrics = replay(problem)
     trace: list[list[tuple[str, float, float]]] = [[], []]
     for op, device, start, end in zip(timeline.ops, timeline.device, timeline.start, timeline.end):
@@ -148,7 +145,7 @@ def test_budget_is_never_silently_exceeded() -> None:
 )
 def test_not_applicable(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(NotApplicable, match=message):
-        generate(NAME, Problem(3, 6, **fields))
+        generate(NAME, Problem.build(3, 6, **fields))
 
 
 # Property tests: random uneven stages (per device or per model stage), comm, split or not, budgets.
@@ -163,15 +160,15 @@ def uneven_problems(draw: st.DrawFn) -> Problem:
     values = draw(uneven_stage_values(size, p))
     if not split:
         values.update(backward_weight=0.0, weight_activation=0.0)
-    return Problem(p, n, num_chunks=v, **values)
+    return Problem.build(p, n, num_chunks=v, **values)
 
 
 @SETTINGS
 @given(problem=uneven_problems())
 def test_property_valid_and_within_budget_when_feasible(problem: Problem) -> None:
     _, metrics = replay(problem)  # assert_valid checks the budget whenever feasible is reported
-    if problem.budget_per_device is None:
+    if problem.budget is None:
         assert metrics.feasible
     else:  # infeasible is reported exactly when some device goes over
-        over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget_per_device)]
+        over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget)]
         assert metrics.feasible == (not any(over))

@@ -1,4 +1,4 @@
-"""The planner's contract (issue 2): ``plan(num_stages=8, total_microbatches=64, memory_budget=8)`` and friends."""
+"""The planner's contract: ``plan(num_stages=8, total_microbatches=64, memory_budget=8)`` and friends."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_candidates_cover_every_generator_and_gpipe_flush_sizes() -> None:
     for entry in candidates:
         assert ENTRY_KEYS <= set(entry)
         assert entry["fits"] == entry["feasible"]
-    problem = Problem(num_stages=8, num_microbatches=64, budget=8)
+    problem = Problem.build(num_stages=8, num_microbatches=64, budget=8)
     applicable = []
     for name in schedule_names():
         try:
@@ -118,25 +118,26 @@ def test_planner_picks_zb_v_when_it_fits() -> None:
 
 def test_with_layout_keeps_each_devices_share() -> None:
     """Cutting a model into chunks and back changes nothing per device; budgets stay per device."""
-    problem = Problem(num_stages=4, num_microbatches=8, forward=[1.1, 1.0, 1.0, 1.4], backward=[1.0, 1.0, 1.0, 1.3],
+    problem = Problem.build(
+        num_stages=4, num_microbatches=8, forward=[1.1, 1.0, 1.0, 1.4], backward=[1.0, 1.0, 1.0, 1.3],
                       backward_weight=0.5, comm=0.03, activation=[2, 1, 1, 1], weight_activation=0.35,
                       budget=[5, 4, 4, 3])
     v = problem.with_layout(2, "v")
     assert v.num_model_stages == 8 and v.placement == "v"
     for d in range(4):
         stages = v.stages_on_device(d)
-        assert sum(v.forward_per_stage[s] for s in stages) == pytest.approx(problem.forward_per_stage[d])
-        assert sum(v.activation_per_stage[s] for s in stages) == pytest.approx(problem.activation_per_stage[d])
+        assert sum(v.forward[s] for s in stages) == pytest.approx(problem.forward[d])
+        assert sum(v.activation[s] for s in stages) == pytest.approx(problem.activation[d])
         assert v.device_work(d) == pytest.approx(problem.device_work(d))
-    assert v.budget_per_device == problem.budget_per_device
+    assert v.budget == problem.budget
     back = v.with_layout(1, "loop")
-    assert back.forward_per_stage == pytest.approx(problem.forward_per_stage)
-    assert back.comm_per_stage == problem.comm_per_stage
+    assert back.forward == pytest.approx(problem.forward)
+    assert back.comm == problem.comm
 
 
 def test_compare_points_at_a_better_layout() -> None:
     """On one chunk per device the optimizer cannot use V placement; the comparison says ZB-V would be faster."""
-    problem = Problem(num_stages=4, num_microbatches=8, forward=1.0, backward=1.0, backward_weight=1.0, budget=4)
+    problem = Problem.build(num_stages=4, num_microbatches=8, forward=1.0, backward=1.0, backward_weight=1.0, budget=4)
     comparison = compare(problem, SolverSettings(time_limit_s=5, num_workers=1))
     chosen = min(r["makespan"] for r in comparison.rows() if r["feasible"])
     others = comparison.summary("t")["other_layouts"]

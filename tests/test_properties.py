@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid
 
-from pipeplan import NotApplicable, Problem, compute_metrics, generate, plan, schedule_names, simulate
+from pipeplan import Problem, compute_metrics, generate, plan, simulate
+from pipeplan.schedules import generate_applicable
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -59,26 +60,22 @@ def problem_fields(draw: st.DrawFn, chunks: bool = True, budget: bool | None = N
 def run_all(problem: Problem) -> dict[str, Any]:
     """Replay every applicable registered generator; return name -> metrics."""
     results = {}
-    for name in schedule_names():
-        try:
-            schedule = generate(name, problem)
-        except NotApplicable:
-            continue
+    for schedule in generate_applicable(problem)[0]:
         timeline = simulate(problem, schedule)
         metrics = compute_metrics(timeline)
         assert_valid(problem, timeline, metrics)
-        results[name] = metrics
+        results[schedule.name] = metrics
     return results
 
 
 @SETTINGS
 @given(problem_fields())
 def test_every_generator_gives_a_valid_schedule(fields: dict[str, Any]) -> None:
-    problem = Problem(**fields)
+    problem = Problem.build(**fields)
     results = run_all(problem)
     assert "gpipe" in results  # GPipe applies to every problem
     for metrics in results.values():
-        work = max(problem.device_work(d) for d in range(problem.num_stages))
+        work = max(problem.device_work(d) for d in range(problem.num_devices))
         assert metrics.makespan >= work - 1e-9
         assert 0 < metrics.utilization <= 1 + 1e-12
         assert metrics.bubble == 1 - metrics.utilization
@@ -88,11 +85,11 @@ def test_every_generator_gives_a_valid_schedule(fields: dict[str, Any]) -> None:
 @given(problem_fields(chunks=False, budget=True))
 def test_budgeted_gpipe_and_1f1b_fit_the_budget(fields: dict[str, Any]) -> None:
     """GPipe chooses its flushes and 1F1B shrinks its warm-up so that both fit any budget >= one activation."""
-    problem = Problem(**fields)
+    problem = Problem.build(**fields)
     results = run_all(problem)
     assert results["gpipe"].feasible
     assert results["1f1b"].feasible
-    budget = problem.budget_per_device
+    budget = problem.budget
     assert budget is not None
     for peak, limit in zip(results["1f1b"].peak_memory_per_device, budget):
         assert peak <= limit + 1e-9
@@ -117,7 +114,7 @@ def test_planner_chooses_a_feasible_lowest_bubble_candidate(fields: dict[str, An
     assert chosen in result["candidates"]
     assert all(chosen["bubble"] <= c["bubble"] + 1e-9 for c in result["candidates"] if c["fits"])
     # The chosen entry replays: rebuild it and check it independently.
-    problem = Problem(**{**fields, "num_chunks": chosen["num_chunks"], "placement": chosen["placement"]})
+    problem = Problem.build(**{**fields, "num_chunks": chosen["num_chunks"], "placement": chosen["placement"]})
     if chosen["schedule"] == "gpipe":
         schedule = gpipe_with_flush_size(problem, chosen["microbatches_per_flush"])
     else:

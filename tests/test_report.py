@@ -110,6 +110,50 @@ def _edit_summary(folder: Path, key: str, value: object) -> None:
     (folder / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
 
 
+def _edit_row(folder: Path, schedule: str, **fields: object) -> None:
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    row = next(row for row in summary["schedules"] if row["schedule"] == schedule)
+    row.update(fields)
+    (folder / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+
+
+# Edits of summary.json that a replay of schedules/ contradicts, each with the message naming the schedule,
+# the field, the stored and the replayed value.
+EDITED_SUMMARIES = [
+    (lambda f: _edit_row(f, "1f1b", makespan=50), "schedule '1f1b': 'makespan' is 50 but the replay gives 50.9"),
+    (lambda f: _edit_row(f, "zb-h2", feasible=True, peak_memory=3),
+     "schedule 'zb-h2': 'feasible' is True but the replay gives False"),
+    (lambda f: _edit_row(f, "zb-h2", peak_memory=3), "schedule 'zb-h2': 'peak_memory' is 3 but the replay gives 14"),
+    (lambda f: _edit_row(f, "gpipe", utilization=0.9, bubble=0.1), "schedule 'gpipe': 'utilization' is 0.9"),
+    (lambda f: _edit_row(f, "optimal", busy_per_device=[1, 2, 3, 4]), "schedule 'optimal': 'busy_per_device' is"),
+    (lambda f: _edit_row(f, "zb-h1", peak_memory_per_device=[8, 6.5, 5]), "'peak_memory_per_device' is [8, 6.5, 5]"),
+    (lambda f: _edit_row(f, "1f1b", stage_span=1), "schedule '1f1b': 'stage_span' is 1"),
+    (lambda f: _edit_row(f, "optimal", gap=0.25), "schedule 'optimal': 'gap' is 0.25 but the replay gives 0;"),
+    (lambda f: _edit_row(f, "optimal", lower_bound=99.0),
+     "'lower_bound' (a bound never above the schedule) is 99 but the replay gives at most 47.75"),
+    (lambda f: _edit_row(f, "optimal", status="FEASIBLE"), "schedule 'optimal': 'status' is 'FEASIBLE'"),
+    (lambda f: _edit_summary(f, "chosen", "zb-h2"), "schedule 'zb-h2' (chosen): 'feasible' is True but the replay"),
+    (lambda f: _edit_summary(f, "chosen", "gpipe"), "'chosen' ('gpipe', makespan 83.4) is 'gpipe' but the replay"),
+    (lambda f: _edit_summary(f, "memory_budget", 80), "'memory_budget' (of the config in it) is 80"),
+    (lambda f: _edit_summary(f, "num_microbatches", 13), "'num_microbatches' (of the config in it) is 13"),
+]
+
+
+@pytest.mark.parametrize(("edit", "message"), EDITED_SUMMARIES, ids=[m.split(":")[0][:40] for _, m in EDITED_SUMMARIES])
+def test_report_rejects_a_summary_the_replay_contradicts(
+    capsys: pytest.CaptureFixture[str], folder: Path, tmp_path: Path, edit: object, message: str
+) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    edit(copy)  # type: ignore[operator]
+    code = main(["report", str(copy), "--out", str(tmp_path / "page.html")])
+    err = capsys.readouterr().err
+    assert code == USER_ERROR
+    assert message in err, err
+    assert "run 'pipeplan solve' again" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "page.html").exists()
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -119,7 +163,7 @@ def _edit_summary(folder: Path, key: str, value: object) -> None:
         (lambda f: (f / "summary.json").write_text("{", encoding="utf-8"), "summary.json is not valid JSON"),
         (_drop_config, "has no 'config' record"),
         (_tamper_op, "but its order replays to"),
-        (lambda f: _edit_summary(f, "chosen", "nope"), "is a damaged result folder"),
+        (lambda f: _edit_summary(f, "chosen", "nope"), "'chosen' is 'nope', not a schedule in the folder"),
     ],
     ids=["no-folder", "no-summary", "no-schedule", "bad-json", "no-config", "edited-times", "edited-chosen"],
 )
@@ -165,12 +209,12 @@ def test_chromium_draws_every_figure_offline(folder: Path, tmp_path: Path) -> No
         assert "js-plotly-plot" in opening, f"{fid} was not plotted"
         assert segment.count('class="main-svg"') >= 2, f"{fid} has no drawn svg"
     problem = results.config.problem
-    num_ops = problem.num_stages * problem.num_microbatches * len(problem.kinds)
+    num_ops = problem.num_devices * problem.num_microbatches * len(problem.kinds)
     for name in ("optimal", "1f1b"):  # a drawn bar per op
         assert segments[f"gantt-{name}"].count('class="point"') == num_ops
     # One memory line per device for each schedule drawn in full, and a bar per schedule.
     shown = sum(fid.startswith("gantt-") for fid in ids)
-    assert segments["memory"].count('class="trace scatter') == shown * problem.num_stages
+    assert segments["memory"].count('class="trace scatter') == shown * problem.num_devices
     assert segments["utilization"].count('class="point"') == len(results.summary["schedules"])
 
     ARTIFACTS.mkdir(exist_ok=True)

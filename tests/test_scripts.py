@@ -1,4 +1,4 @@
-"""The scripts in scripts/ run from a clean state and print what the issue asks for (HTML only, into tmp)."""
+"""The scripts in scripts/ run from a clean state and print what the README shows (HTML only, into tmp)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The seed benchmark's expected output, word for word as issue 2 states it.
+# The seed benchmark's expected output, word for word as the README shows it.
 SEED_LINES = [
     "GPipe 8 flushes, peak 8 slots, makespan 360.0, bubble 46.7 %, utilization 53.3 %",
     "1F1B 1 flush, peak 8 slots, makespan 213.0, bubble 9.9 %, utilization 90.1 %",

@@ -61,7 +61,7 @@ def by_name(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def replay_record(problem: Problem, record: dict[str, Any]) -> tuple[dict[Op, tuple[float, float]], Schedule]:
     """The ops of a schedules/<name>.json file as written, and the per-device orders (sorted by start)."""
     written: dict[Op, tuple[float, float]] = {}
-    orders: list[list[tuple[float, float, Op]]] = [[] for _ in range(problem.num_stages)]
+    orders: list[list[tuple[float, float, Op]]] = [[] for _ in range(problem.num_devices)]
     for item in record["ops"]:
         assert set(item) == OP_KEYS
         op = Op(OpKind(item["kind"]), item["stage"], item["microbatch"], item["chunk"])

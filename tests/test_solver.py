@@ -1,4 +1,4 @@
-"""The CP-SAT optimizer (issue 3), run for real on tiny instances with short time limits.
+"""The CP-SAT optimizer, run for real on tiny instances with short time limits.
 
 Every answer is checked from outside: the returned timeline passes the independent invariants, fits the budget
 by an independent count, beats or ties every feasible named schedule and every warm start, and its bound and gap
@@ -8,31 +8,27 @@ of tiny instances, replayed by the simulator.
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from exhaustive import brute_force, orders_of, per_stage_problem, tiny_problems, value_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid, peak_memory
 
 from pipeplan import (
-    NotApplicable,
     Op,
     OpKind,
     Problem,
     Schedule,
-    ScheduleError,
     Timeline,
     compute_metrics,
-    generate,
     load_config,
-    schedule_names,
     simulate,
 )
+from pipeplan.schedules import generate_applicable
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.solver import FEASIBLE, OPTIMAL, InfeasibleBudget, Progress, SolveResult, solve
 
@@ -54,50 +50,35 @@ UNEQUAL_4X6: dict[str, Any] = dict(num_stages=4, num_microbatches=6, forward=[1.
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def value_of(timeline: Timeline, objective: str) -> float:
-    """Makespan or the largest per-device span, from the op times alone."""
-    if objective == "makespan":
-        return max(timeline.end) - min(timeline.start)
-    spans = []
-    for d in range(timeline.problem.num_stages):
-        mine = [i for i, dev in enumerate(timeline.device) if dev == d]
-        spans.append(max(timeline.end[i] for i in mine) - min(timeline.start[i] for i in mine))
-    return max(spans)
-
-
 def busiest_work(problem: Problem) -> float:
     """N (F + B + W) summed over the device's stages, for the busiest device: no schedule does less."""
     n = problem.num_microbatches
     return max(
-        n * sum(problem.forward_per_stage[s] + problem.backward_per_stage[s] + problem.backward_weight_per_stage[s]
+        n * sum(problem.forward[s] + problem.backward[s] + problem.backward_weight[s]
                 for s in problem.stages_on_device(d))
-        for d in range(problem.num_stages)
+        for d in range(problem.num_devices)
     )
 
 
 def named_values(problem: Problem, objective: str) -> dict[str, float]:
     """The objective of every registered schedule that applies and fits the budget, keyed by name."""
     values = {}
-    for name in schedule_names():
-        try:
-            schedule = generate(name, problem)
-        except NotApplicable:
-            continue
+    for schedule in generate_applicable(problem)[0]:
         timeline = simulate(problem, schedule)
         if compute_metrics(timeline).feasible:
-            values[name] = value_of(timeline, objective)
+            values[schedule.name] = value_of(timeline, objective)
     return values
 
 
 def check_result(problem: Problem, result: SolveResult, objective: str, tol: float = EPS) -> None:
-    """Everything the issue promises about one answer, checked independently of the solver.
+    """Everything the optimizer promises about one answer, checked independently of the solver.
 
     ``tol`` allows for costs that CP-SAT saw rounded to whole ticks: the warm starts are valued on those.
     """
     assert_valid(problem, result.timeline, result.metrics)
     assert result.metrics.feasible
-    if problem.budget_per_device is not None:
-        for peak, budget in zip(peak_memory(problem, result.timeline), problem.budget_per_device):
+    if problem.budget is not None:
+        for peak, budget in zip(peak_memory(problem, result.timeline), problem.budget):
             assert peak <= budget + EPS
     # The timeline is the simulator's replay of the returned orders.
     replay = simulate(problem, result.schedule)
@@ -113,14 +94,12 @@ def check_result(problem: Problem, result: SolveResult, objective: str, tol: flo
     assert result.lower_bound <= result.objective + EPS
     assert result.lower_bound >= busiest_work(problem) - EPS
     assert result.gap == pytest.approx((result.objective - result.lower_bound) / result.objective, abs=1e-12)
-    assert result.status in (OPTIMAL, FEASIBLE)
-    assert (result.status == OPTIMAL) == (result.gap <= 1e-9)
+    assert result.status == (OPTIMAL if result.gap <= 1e-9 else FEASIBLE)
 
 
 # ------------------------------------------------------------------------------- random small problems
 
 grid = st.integers(min_value=2, max_value=16).map(lambda x: x / 8)  # 0.25 .. 2 on a 1/8 grid
-comms = st.integers(min_value=0, max_value=4).map(lambda x: x / 8)
 
 
 @st.composite
@@ -128,23 +107,8 @@ def small_problems(draw: st.DrawFn) -> Problem:
     """P 1..4, N 1..6, unequal per-stage costs, random comm, split or not, and a budget of a few activations."""
     p = draw(st.integers(min_value=1, max_value=4))
     n = draw(st.integers(min_value=1, max_value=6))
-    split = draw(st.booleans())
-    per_stage = st.lists(grid, min_size=p, max_size=p)
-    activation = draw(st.lists(st.integers(min_value=1, max_value=3), min_size=p, max_size=p))
-    fractions = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=p, max_size=p))
-    most = max(activation)
-    budget = most + draw(st.integers(min_value=0, max_value=3 * most))  # one activation up to a few
-    return Problem(
-        num_stages=p,
-        num_microbatches=n,
-        forward=draw(per_stage),
-        backward=draw(per_stage),
-        backward_weight=draw(per_stage) if split else 0.0,
-        comm=draw(st.one_of(comms, st.lists(comms, min_size=p, max_size=p))),
-        activation=[float(a) for a in activation],
-        weight_activation=[a * q / 4 for a, q in zip(activation, fractions)] if split else 0.0,
-        budget=budget,
-    )
+    budget = st.integers(min_value=0, max_value=3).map(float)  # one activation up to a few
+    return draw(per_stage_problem(p, n, draw(st.booleans()), grid, budget))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -166,7 +130,7 @@ def timeline_from(problem: Problem, times: dict[Op, tuple[float, float]]) -> Tim
     """A Timeline holding the solver's own start and end of every op (for the independent invariants)."""
     ops = tuple(times)
     devices = tuple(problem.device_of(op.stage) for op in ops)
-    orders: list[list[Op]] = [[] for _ in range(problem.num_stages)]
+    orders: list[list[Op]] = [[] for _ in range(problem.num_devices)]
     for op in sorted(ops, key=lambda op: times[op]):
         orders[problem.device_of(op.stage)].append(op)
     return Timeline(problem, Schedule.from_lists("cp-sat", orders), ops, devices,
@@ -195,8 +159,8 @@ def check_solver_times(problem: Problem, result: SolveResult, objective: str, to
     raw = timeline_from(problem, result.solver_times)
     if tol == EPS:
         assert_valid(problem, raw)  # checks the model itself, not only the replay
-    if problem.budget_per_device is not None:
-        for peak, budget in zip(peak_memory(problem, raw), problem.budget_per_device):
+    if problem.budget is not None:
+        for peak, budget in zip(peak_memory(problem, raw), problem.budget):
             assert peak <= budget + EPS
     # The replay runs every op as early as its order allows: never later than CP-SAT placed it.
     for op, start in zip(result.timeline.ops, result.timeline.start):
@@ -209,7 +173,7 @@ def check_solver_times(problem: Problem, result: SolveResult, objective: str, to
 
 @pytest.mark.parametrize(("fields", "objective"), REPLAY_CASES)
 def test_replay_reproduces_the_solver_times(fields: dict[str, Any], objective: str) -> None:
-    problem = Problem(**fields)
+    problem = Problem.build(**fields)
     result = solve(problem, objective=objective, time_limit_s=5, num_workers=2)
     check_result(problem, result, objective)
     assert result.source == "cp-sat", "the case must exercise CP-SAT's own order, not a warm start"
@@ -218,7 +182,8 @@ def test_replay_reproduces_the_solver_times(fields: dict[str, Any], objective: s
 
 def test_costs_that_are_not_whole_ticks_still_give_a_valid_answer(caplog: pytest.LogCaptureFixture) -> None:
     """Thirds and sevenths: CP-SAT works on costs rounded to 1e-6, the replay in exact units is the answer."""
-    problem = Problem(num_stages=3, num_microbatches=5, forward=[1 / 3, 1 / 7, 2 / 9], backward=[1 / 11, 2 / 3, 0.5],
+    problem = Problem.build(
+        num_stages=3, num_microbatches=5, forward=[1 / 3, 1 / 7, 2 / 9], backward=[1 / 11, 2 / 3, 0.5],
                       backward_weight=[1 / 6, 1 / 13, 0.2], comm=1e-7, activation=[1 / 3, 1, 0.7],
                       weight_activation=[0.1, 1 / 7, 0.5], budget=[1, 2.2, 1.5])
     for objective in OBJECTIVES:
@@ -237,8 +202,8 @@ def test_costs_that_are_not_whole_ticks_still_give_a_valid_answer(caplog: pytest
 def test_memory_that_is_not_whole_ticks_keeps_every_schedule_that_fits() -> None:
     """Three activations of 2/3 fit a budget of 2 exactly; the optimum is that of activation 1 with budget 3."""
     fields: dict[str, Any] = dict(num_stages=3, num_microbatches=6, forward=1.0, backward=1.0, backward_weight=0.5)
-    whole = solve(Problem(**fields, activation=1.0, budget=3), time_limit_s=5, num_workers=2)
-    thirds = Problem(**fields, activation=2 / 3, budget=2)
+    whole = solve(Problem.build(**fields, activation=1.0, budget=3), time_limit_s=5, num_workers=2)
+    thirds = Problem.build(**fields, activation=2 / 3, budget=2)
     replayed = compute_metrics(simulate(thirds, whole.schedule))
     assert replayed.feasible and replayed.makespan == whole.objective == 17.0
     result = solve(thirds, time_limit_s=5, num_workers=2)
@@ -247,7 +212,7 @@ def test_memory_that_is_not_whole_ticks_keeps_every_schedule_that_fits() -> None
 
 
 def test_family_4x8_optimum_beats_the_greedy_warm_start() -> None:
-    result = solve(Problem(**FAMILY_4X8), objective="makespan", time_limit_s=5, num_workers=2)
+    result = solve(Problem.build(**FAMILY_4X8), objective="makespan", time_limit_s=5, num_workers=2)
     assert result.best_heuristic_objective == pytest.approx(23.12)
     assert result.best_heuristic.startswith("greedy")
     assert (result.status, result.source) == (OPTIMAL, "cp-sat")
@@ -270,50 +235,12 @@ def test_seed_is_proven_optimal_at_213() -> None:
 # ------------------------------------------------------------------------- exhaustive search, tiny cases
 
 
-def orders_of(ops: Sequence[Op], before: set[tuple[Op, Op]]) -> Iterator[list[Op]]:
-    """Every order of ``ops`` that keeps each pair (a, b) of ``before`` with a first."""
-    preds = {op: {a for a, b in before if b == op} for op in ops}
-
-    def extend(placed: list[Op], left: list[Op]) -> Iterator[list[Op]]:
-        if not left:
-            yield list(placed)
-        for op in left:
-            if preds[op] <= set(placed):
-                yield from extend([*placed, op], [o for o in left if o != op])
-
-    yield from extend([], list(ops))
-
-
-def brute_force(problem: Problem) -> dict[str, float]:
-    """The least makespan and stage span over every per-device order that replays and fits the budget.
-
-    Only orders that keep each same-device dependency are tried (any other deadlocks). Peak memory depends only
-    on the order (allocations and releases on a device follow its order) and the replay starts every op as
-    early as its order allows, so the minimum over orders is the optimum.
-    """
-    per_device = []
-    for d in range(problem.num_stages):
-        ops = [op for op in problem.all_ops() if problem.device_of(op.stage) == d]
-        before = {(dep, op) for op in ops for dep, _ in problem.dependencies(op) if problem.device_of(dep.stage) == d}
-        per_device.append(list(orders_of(ops, before)))
-    best = {objective: float("inf") for objective in OBJECTIVES}
-    for orders in itertools.product(*per_device):
-        try:
-            timeline = simulate(problem, Schedule.from_lists("candidate", orders))
-        except ScheduleError:
-            continue  # deadlocks across devices
-        if compute_metrics(timeline).feasible:
-            for objective in OBJECTIVES:
-                best[objective] = min(best[objective], value_of(timeline, objective))
-    return best
-
-
 def test_brute_force_enumerates_every_order_of_a_hand_case() -> None:
     """The enumerator itself: P=1, N=1, split: F, B, W in that order only; P=1, N=2 unsplit: 6 orders of 4 ops."""
-    one = Problem(num_stages=1, num_microbatches=1, forward=1.0, backward=2.0, backward_weight=0.5)
+    one = Problem.build(num_stages=1, num_microbatches=1, forward=1.0, backward=2.0, backward_weight=0.5)
     ops = one.all_ops()
     assert list(orders_of(ops, {(a, b) for b in ops for a, _ in one.dependencies(b)})) == [ops]
-    two = Problem(num_stages=1, num_microbatches=2, forward=1.0, backward=2.0, budget=1)
+    two = Problem.build(num_stages=1, num_microbatches=2, forward=1.0, backward=2.0, budget=1)
     ops = two.all_ops()
     found = list(orders_of(ops, {(a, b) for b in ops for a, _ in two.dependencies(b)}))
     assert len(found) == len({tuple(order) for order in found}) == 6  # 4! / (2 * 2)
@@ -341,7 +268,7 @@ BRUTE_CASES = [
 
 @pytest.mark.parametrize("fields", BRUTE_CASES)
 def test_optimum_equals_exhaustive_search(fields: dict[str, Any]) -> None:
-    problem = Problem(**{"num_stages": 2, "num_microbatches": 2, **fields})
+    problem = Problem.build(**{"num_stages": 2, "num_microbatches": 2, **fields})
     best = brute_force(problem)
     for objective in OBJECTIVES:
         result = solve(problem, objective=objective, time_limit_s=5, num_workers=2)
@@ -349,30 +276,6 @@ def test_optimum_equals_exhaustive_search(fields: dict[str, Any]) -> None:
         assert result.status == OPTIMAL
         assert result.objective == pytest.approx(best[objective], abs=EPS), objective
         assert result.lower_bound == pytest.approx(best[objective], abs=EPS), objective
-
-
-quarters = st.integers(min_value=1, max_value=12).map(lambda x: x / 4)
-
-
-@st.composite
-def tiny_problems(draw: st.DrawFn) -> Problem:
-    """Problems small enough for :func:`brute_force` (2 x 2 split, 3 x 2 unsplit or one device), budget or none."""
-    p, n, split = draw(st.sampled_from([(2, 2, True), (3, 2, False), (1, 3, True), (1, 4, False)]))
-    per_stage = st.lists(quarters, min_size=p, max_size=p)
-    activation = draw(st.lists(st.integers(min_value=1, max_value=3), min_size=p, max_size=p))
-    fractions = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=p, max_size=p))
-    most = max(activation)
-    return Problem(
-        num_stages=p,
-        num_microbatches=n,
-        forward=draw(per_stage),
-        backward=draw(per_stage),
-        backward_weight=draw(per_stage) if split else 0.0,
-        comm=draw(st.one_of(comms, st.lists(comms, min_size=p, max_size=p))),
-        activation=[float(a) for a in activation],
-        weight_activation=[a * q / 4 for a, q in zip(activation, fractions)] if split else 0.0,
-        budget=draw(st.one_of(st.none(), st.integers(min_value=0, max_value=4 * most).map(lambda x: most + x / 2))),
-    )
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -392,7 +295,7 @@ def test_stage_span_never_claims_optimal_when_a_late_start_does_better() -> None
     """Device 0 opens with microbatch 1, so device 1 (waiting for microbatch 0) starts late and its span
     shrinks: this order replays to a stage span of 18. The model's relaxation bounds the optimum from below;
     the answer is never a false OPTIMAL above such an order."""
-    problem = Problem(num_stages=3, num_microbatches=2, forward=[3, 1, 1], backward=[1, 1, 1],
+    problem = Problem.build(num_stages=3, num_microbatches=2, forward=[3, 1, 1], backward=[1, 1, 1],
                       backward_weight=[3, 6, 5])
     F, B, W = OpKind.F, OpKind.B, OpKind.W
     witness = Schedule.from_lists("witness", [
@@ -409,7 +312,7 @@ def test_stage_span_never_claims_optimal_when_a_late_start_does_better() -> None
 
 def test_stage_span_below_makespan_when_the_last_stage_ends_late() -> None:
     """The case where the objectives differ: each has its own optimum, and each beats the other's order."""
-    problem = Problem(num_stages=2, num_microbatches=2, forward=[1.75, 2.75], backward=[2.5, 2.25],
+    problem = Problem.build(num_stages=2, num_microbatches=2, forward=[1.75, 2.75], backward=[2.5, 2.25],
                       backward_weight=[2.0, 2.75], comm=0.25, weight_activation=0.5, budget=2)
     by_makespan = solve(problem, objective="makespan", time_limit_s=5, num_workers=2)
     by_span = solve(problem, objective="stage_span", time_limit_s=5, num_workers=2)
@@ -422,7 +325,7 @@ def test_stage_span_below_makespan_when_the_last_stage_ends_late() -> None:
 
 
 def test_one_worker_and_a_fixed_seed_reproduce_the_answer() -> None:
-    problem = Problem(**FAMILY_4X8)
+    problem = Problem.build(**FAMILY_4X8)
     runs = [solve(problem, objective="stage_span", time_limit_s=5, num_workers=1, random_seed=7) for _ in range(2)]
     assert runs[0].source == "cp-sat"
     assert runs[0].schedule.orders == runs[1].schedule.orders
@@ -431,7 +334,7 @@ def test_one_worker_and_a_fixed_seed_reproduce_the_answer() -> None:
 
 
 def test_progress_reports_best_objective_and_bound_in_the_config_unit() -> None:
-    problem = Problem(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=16))
+    problem = Problem.build(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=16))
     reports: list[Progress] = []
     result = solve(problem, objective="stage_span", time_limit_s=5, num_workers=2, progress=reports.append)
     assert result.source == "cp-sat"
@@ -448,7 +351,7 @@ def test_progress_reports_best_objective_and_bound_in_the_config_unit() -> None:
 
 
 def test_hints_are_warm_starts_and_unfit_ones_are_skipped() -> None:
-    roomy = Problem(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=16))
+    roomy = Problem.build(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=16))
     first = solve(roomy, objective="stage_span", time_limit_s=5, num_workers=2)
     assert first.status == OPTIMAL and first.objective < first.best_heuristic_objective - EPS
     # Given back as a hint, the optimum is found again without search time.
@@ -457,8 +360,8 @@ def test_hints_are_warm_starts_and_unfit_ones_are_skipped() -> None:
     assert again.objective == pytest.approx(first.objective)
     check_result(roomy, again, "stage_span")
     # Over a smaller budget the same hint does not fit, and a hint for another pipeline does not apply at all.
-    tight = Problem(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=8))
-    foreign = solve(Problem(**FAMILY_4X8), time_limit_s=2, num_workers=1).schedule
+    tight = Problem.build(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=8))
+    foreign = solve(Problem.build(**FAMILY_4X8), time_limit_s=2, num_workers=1).schedule
     result = solve(tight, objective="stage_span", time_limit_s=2, num_workers=2, hints=[first.schedule, foreign])
     assert first.schedule.name not in result.heuristics
     check_result(tight, result, "stage_span")
@@ -469,39 +372,37 @@ def test_budget_below_one_microbatch_on_all_chunks_raises_with_the_smallest_budg
     fields: dict[str, Any] = dict(num_stages=2, num_microbatches=4, num_chunks=2, activation=[1, 2, 1.5, 1],
                                   backward_weight=0.5, weight_activation=0.5)
     with pytest.raises(InfeasibleBudget, match=r"at least 3\b") as info:
-        solve(Problem(**fields, budget=2.5), time_limit_s=2, num_workers=1)
+        solve(Problem.build(**fields, budget=2.5), time_limit_s=2, num_workers=1)
     assert "device 1" in str(info.value)
     assert isinstance(info.value, ValueError)
     # At exactly that budget a schedule exists, and the answer fits it.
-    problem = Problem(**fields, budget=3)
+    problem = Problem.build(**fields, budget=3)
     result = solve(problem, time_limit_s=2, num_workers=2)
     check_result(problem, result, "makespan")
     assert max(result.metrics.peak_memory_per_device) <= 3 + EPS
 
 
 def test_per_device_budget_below_its_chunks_names_the_device() -> None:
-    problem = Problem(num_stages=2, num_microbatches=2, num_chunks=2, placement="v", activation=2.0, budget=[2, 1.5])
+    problem = Problem.build(
+        num_stages=2, num_microbatches=2, num_chunks=2, placement="v", activation=2.0, budget=[2, 1.5])
     with pytest.raises(InfeasibleBudget, match="device 1.*at least 2"):
         solve(problem, time_limit_s=2, num_workers=1)
 
 
 def test_time_limit_returns_the_best_schedule_so_far() -> None:
     """A chunked instance CP-SAT cannot prove in a second: it stops on time with a valid, bounded answer."""
-    problem = Problem(**dict(FAMILY_4X8, num_chunks=2, budget=4))
+    problem = Problem.build(**dict(FAMILY_4X8, num_chunks=2, budget=4))
     started = time.monotonic()
     result = solve(problem, objective="makespan", time_limit_s=1, num_workers=2)
     elapsed = time.monotonic() - started
     assert elapsed < 6
     assert result.solve_time_s <= elapsed + EPS
     check_result(problem, result, "makespan")
-    assert result.status in (OPTIMAL, FEASIBLE)
-    if result.status == FEASIBLE:
-        assert result.gap > 0
 
 
 def test_unknown_objective_is_rejected() -> None:
     with pytest.raises(ValueError, match="objective must be one of makespan, stage_span"):
-        solve(Problem(num_stages=2, num_microbatches=2), objective="throughput", time_limit_s=1)
+        solve(Problem.build(num_stages=2, num_microbatches=2), objective="throughput", time_limit_s=1)
 
 
 # ---------------------------------------------------------------------------------------------- chunks
@@ -519,13 +420,15 @@ CHUNK_CASES = [
 @pytest.mark.parametrize("fields", CHUNK_CASES)
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_two_chunks_per_device(fields: dict[str, Any], objective: str) -> None:
+    """CP-SAT proves none of these within a short limit, so only what holds at any time limit is asserted:
+    a valid schedule within the budget, never worse than any warm start or named schedule (interleaved 1F1B or
+    ZB-V among them), and a bound at most its value with a consistent gap (all in :func:`check_result`)."""
     p = fields["num_stages"]
-    problem = Problem(num_chunks=2, forward=[1.0 + 0.125 * s for s in range(2 * p)], backward=1.25,
+    problem = Problem.build(num_chunks=2, forward=[1.0 + 0.125 * s for s in range(2 * p)], backward=1.25,
                       backward_weight=[0.5 + 0.25 * (s % 2) for s in range(2 * p)], comm=0.125,
                       activation=1.0, weight_activation=0.25, **fields)
-    result = solve(problem, objective=objective, time_limit_s=2, num_workers=2)
-    check_result(problem, result, objective)  # includes: no worse than interleaved-1f1b / zb-v when they fit
-    assert {op.chunk for op in result.timeline.ops} == {0, 1}
+    result = solve(problem, objective=objective, time_limit_s=0.5, num_workers=2)
+    check_result(problem, result, objective)
     reference = "zb-v" if fields["placement"] == "v" else "interleaved-1f1b"
     named = named_values(problem, objective)
     if reference in named:
@@ -536,7 +439,8 @@ def test_one_activation_of_room_is_proven_optimal_by_the_memory_chain() -> None:
     """Room for one microbatch (and its W's share overflows with the next): every device runs microbatches one
     at a time, each a full round trip plus B and W; GPipe with one microbatch per flush does exactly that, and
     the memory-chain bound proves it without search."""
-    problem = Problem(num_stages=4, num_microbatches=6, forward=[1.0, 1.2, 0.9, 1.4], backward=[1.0, 1.1, 1.3, 1.2],
+    problem = Problem.build(
+        num_stages=4, num_microbatches=6, forward=[1.0, 1.2, 0.9, 1.4], backward=[1.0, 1.1, 1.3, 1.2],
                       backward_weight=0.5, comm=0.1, activation=1.0, weight_activation=0.4, budget=1.0)
     result = solve(problem, time_limit_s=5, num_workers=1)
     check_result(problem, result, "makespan")

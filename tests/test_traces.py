@@ -1,8 +1,8 @@
 """Full-trace tests: every op's start and end on tiny cases, worked out by hand (not by the simulator).
 
-The expected traces below were computed on paper from REFERENCE section 1's rules: an op starts when its device
-is free and its dependency has ended (plus ``comm`` between devices). Costs are deliberately unequal (F != B,
-split B != W) so that a mix-up of F and B times cannot go unnoticed.
+The expected traces below were computed on paper from the timing rules (``Problem.dependencies``): an op
+starts when its device is free and its dependency has ended (plus ``comm`` between devices). Costs are
+deliberately unequal (F != B, split B != W) so that a mix-up of F and B times cannot go unnoticed.
 
 Each expected trace is, per device in run order, ``(kind, microbatch, start, end)``.
 """
@@ -31,7 +31,7 @@ Trace = list[list[tuple[str, int, float, float]]]
 def trace_of(problem: Problem, schedule: Schedule) -> Trace:
     """The replayed trace in the shape of the expected ones (and check each op sits on its own stage)."""
     timeline = simulate(problem, schedule)
-    trace: Trace = [[] for _ in range(problem.num_stages)]
+    trace: Trace = [[] for _ in range(problem.num_devices)]
     for op, device, start, end in zip(timeline.ops, timeline.device, timeline.start, timeline.end):
         assert op.stage == device
         trace[device].append((op.kind.value, op.microbatch, start, end))
@@ -39,12 +39,12 @@ def trace_of(problem: Problem, schedule: Schedule) -> Trace:
 
 
 # P = 3, N = 4, F = 1, B = 2, no comm.
-UNSPLIT = Problem(num_stages=3, num_microbatches=4, forward=1.0, backward=2.0)
-UNSPLIT_COMM = Problem(num_stages=3, num_microbatches=4, forward=1.0, backward=2.0, comm=0.5)
+UNSPLIT = Problem.build(num_stages=3, num_microbatches=4, forward=1.0, backward=2.0)
+UNSPLIT_COMM = Problem.build(num_stages=3, num_microbatches=4, forward=1.0, backward=2.0, comm=0.5)
 # P = 3, N = 4, F = 1, B = 1.5, W = 0.5.
-SPLIT = Problem(num_stages=3, num_microbatches=4, forward=1.0, backward=1.5, backward_weight=0.5,
+SPLIT = Problem.build(num_stages=3, num_microbatches=4, forward=1.0, backward=1.5, backward_weight=0.5,
                 activation=1.0, weight_activation=0.25)
-SPLIT_COMM = Problem(num_stages=3, num_microbatches=4, forward=1.0, backward=1.5, backward_weight=0.5, comm=0.5,
+SPLIT_COMM = Problem.build(num_stages=3, num_microbatches=4, forward=1.0, backward=1.5, backward_weight=0.5, comm=0.5,
                      activation=1.0, weight_activation=0.25)
 
 GPIPE_UNSPLIT: Trace = [
@@ -154,7 +154,7 @@ def test_full_trace(name: str, problem: Problem, expected: Trace, makespan: floa
 
 
 def test_full_trace_gpipe_two_flushes_under_budget() -> None:
-    problem = Problem(num_stages=3, num_microbatches=4, forward=1.0, backward=2.0, budget=2)
+    problem = Problem.build(num_stages=3, num_microbatches=4, forward=1.0, backward=2.0, budget=2)
     schedule = generate("gpipe", problem)
     assert schedule.flushes == 2
     assert trace_of(problem, schedule) == GPIPE_TWO_FLUSHES
@@ -206,7 +206,7 @@ def _schedule(problem: Problem, *devices: str) -> Schedule:
     return Schedule.from_lists("hand", [_ops(problem, spec) for spec in devices])
 
 
-TWO = Problem(num_stages=2, num_microbatches=2, forward=1.0, backward=2.0)
+TWO = Problem.build(num_stages=2, num_microbatches=2, forward=1.0, backward=2.0)
 
 
 def test_deadlock_backward_before_its_forward() -> None:
@@ -261,7 +261,7 @@ def test_incomplete_schedules_are_rejected(devices: tuple[str, ...], message: st
 def test_memory_limited_1f1b_is_feasible_and_slower() -> None:
     """Budget 1 < P = 3: no warm-up at all, each microbatch goes down and back alone: N * P * (F + B)."""
     unlimited = compute_metrics(simulate(UNSPLIT, generate("1f1b", UNSPLIT)))
-    limited_problem = Problem(num_stages=3, num_microbatches=4, forward=1.0, backward=2.0, budget=1)
+    limited_problem = Problem.build(num_stages=3, num_microbatches=4, forward=1.0, backward=2.0, budget=1)
     timeline = simulate(limited_problem, generate("1f1b", limited_problem))
     limited = compute_metrics(timeline)
     assert limited.feasible
@@ -273,7 +273,7 @@ def test_memory_limited_1f1b_is_feasible_and_slower() -> None:
 
 def test_memory_limited_1f1b_on_the_seed_shape() -> None:
     """8 stages, 64 microbatches, room for 4 activations (plain 1F1B needs 8): feasible, slower than 213."""
-    problem = Problem(num_stages=8, num_microbatches=64, forward=1.0, backward=2.0, budget=4)
+    problem = Problem.build(num_stages=8, num_microbatches=64, forward=1.0, backward=2.0, budget=4)
     limited = compute_metrics(simulate(problem, generate("1f1b", problem)))
     assert limited.feasible
     assert limited.peak_memory == 4
@@ -282,7 +282,7 @@ def test_memory_limited_1f1b_on_the_seed_shape() -> None:
 
 def test_schedule_over_the_budget_is_reported_infeasible() -> None:
     """A schedule over the budget is not an error: it is simulated and reported infeasible."""
-    problem = Problem(num_stages=4, num_microbatches=8, budget=2)
+    problem = Problem.build(num_stages=4, num_microbatches=8, budget=2)
     schedule = gpipe_with_flush_size(problem, 8)
     metrics = compute_metrics(simulate(problem, schedule))
     assert not metrics.feasible
@@ -290,7 +290,7 @@ def test_schedule_over_the_budget_is_reported_infeasible() -> None:
 
 
 def test_replay_is_deterministic() -> None:
-    problem = Problem(num_stages=5, num_microbatches=9, forward=[1.0, 0.7, 1.3, 0.9, 1.1],
+    problem = Problem.build(num_stages=5, num_microbatches=9, forward=[1.0, 0.7, 1.3, 0.9, 1.1],
                       backward=[2.0, 1.1, 2.6, 1.4, 0.8], backward_weight=[0.5, 0.4, 0.3, 0.6, 0.2], comm=0.25,
                       activation=2.0, weight_activation=0.5)
     for name in ("gpipe", "1f1b"):

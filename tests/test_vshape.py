@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from invariants import assert_valid
+from invariants import replay_valid
 from strategies import uneven_stage_values
 
-from pipeplan import Metrics, NotApplicable, Problem, Timeline, compute_metrics, generate, simulate
+from pipeplan import Metrics, NotApplicable, Problem, Timeline, generate
 from pipeplan.formulas import zb_h1_stage_span, zb_v_peak, zb_v_stage_span
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -22,24 +22,21 @@ NAME = "zb-v"
 
 def replay(problem: Problem, name: str = NAME) -> tuple[Timeline, Metrics]:
     """Generate, replay and check every invariant; return the timeline and metrics."""
-    timeline = simulate(problem, generate(name, problem))
-    metrics = compute_metrics(timeline)
-    assert_valid(problem, timeline, metrics)
-    return timeline, metrics
+    return replay_valid(problem, name)
 
 
 def v_problem(p: int, n: int, costs: tuple[float, float, float], comm: float = 0.0, **extra: Any) -> Problem:
     """F, B, W are a device's totals, split evenly over its two chunks."""
     f, b, w = costs
-    return Problem(p, n, forward=f, backward=b, backward_weight=w, comm=comm, num_chunks=2, placement="v",
+    return Problem.build(p, n, forward=f, backward=b, backward_weight=w, comm=comm, num_chunks=2, placement="v",
                    weight_activation=0.4, **extra)
 
 
 def test_near_zero_bubble_at_1f1b_peak() -> None:
-    # The issue's check: F = B = W = 1, no comm, P = 4, N = 16.
+    # ZB-V's claim: near-zero bubble at F = B = W = 1, no comm, P = 4, N = 16.
     p, n = 4, 16
     _, zbv = replay(v_problem(p, n, (1.0, 1.0, 1.0)))
-    flat = Problem(p, n, forward=1, backward=1, backward_weight=1, weight_activation=0.4)
+    flat = Problem.build(p, n, forward=1, backward=1, backward_weight=1, weight_activation=0.4)
     _, one_f_one_b = replay(flat, "1f1b")
     _, h1 = replay(flat, "zb-h1")
     assert zbv.peak_memory_per_device == [p] * p  # every device, 1F1B's peak of device 0
@@ -72,7 +69,7 @@ def test_beats_zb_h1_and_1f1b_at_equal_memory(p: int) -> None:
     for costs in COSTS:
         n = 3 * p
         _, zbv = replay(v_problem(p, n, costs))
-        flat = Problem(p, n, forward=costs[0], backward=costs[1], backward_weight=costs[2], weight_activation=0.4)
+        flat = Problem.build(p, n, forward=costs[0], backward=costs[1], backward_weight=costs[2], weight_activation=0.4)
         _, one_f_one_b = replay(flat, "1f1b")
         assert zbv.peak_memory == one_f_one_b.peak_memory == p
         assert zbv.stage_span < zb_h1_stage_span(p, n, *costs) < one_f_one_b.stage_span
@@ -106,7 +103,8 @@ TRACE = [
 
 
 def test_full_trace_p2_n3() -> None:
-    problem = Problem(2, 3, forward=[1] * 4, backward=[1] * 4, backward_weight=[1] * 4, num_chunks=2, placement="v")
+    problem = Problem.build(
+        2, 3, forward=[1] * 4, backward=[1] * 4, backward_weight=[1] * 4, num_chunks=2, placement="v")
     timeline, metrics = replay(problem)
     trace: list[list[tuple[str, float, float]]] = [[], []]
     for op, device, start, end in zip(timeline.ops, timeline.device, timeline.start, timeline.end):
@@ -133,7 +131,7 @@ def test_budget_is_never_silently_exceeded() -> None:
 )
 def test_not_applicable(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(NotApplicable, match=message):
-        generate(NAME, Problem(3, 6, **fields))
+        generate(NAME, Problem.build(3, 6, **fields))
 
 
 # Property tests: random uneven stages (per device or per model stage), comm and budgets.
@@ -143,19 +141,19 @@ def uneven_problems(draw: st.DrawFn) -> Problem:
     p = draw(st.integers(min_value=1, max_value=6))
     n = draw(st.integers(min_value=1, max_value=14))
     size = draw(st.sampled_from([p, 2 * p]))  # per device (split over the two chunks) or per model stage
-    return Problem(p, n, num_chunks=2, placement="v", **draw(uneven_stage_values(size, p)))
+    return Problem.build(p, n, num_chunks=2, placement="v", **draw(uneven_stage_values(size, p)))
 
 
 @SETTINGS
 @given(problem=uneven_problems())
 def test_property_valid_and_within_budget_when_feasible(problem: Problem) -> None:
     _, metrics = replay(problem)  # assert_valid checks the budget whenever feasible is reported
-    if problem.budget_per_device is None:
+    if problem.budget is None:
         assert metrics.feasible
     else:  # infeasible is reported exactly when some device goes over
-        over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget_per_device)]
+        over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget)]
         assert metrics.feasible == (not any(over))
     # Never more than 2P chunk-activations live: P of the device's largest chunk activation, doubled.
-    for device in range(problem.num_stages):
-        largest = max(problem.activation_per_stage[s] for s in problem.stages_on_device(device))
-        assert metrics.peak_memory_per_device[device] <= 2 * problem.num_stages * largest + 1e-9
+    for device in range(problem.num_devices):
+        largest = max(problem.activation[s] for s in problem.stages_on_device(device))
+        assert metrics.peak_memory_per_device[device] <= 2 * problem.num_devices * largest + 1e-9

@@ -1,4 +1,4 @@
-"""ZB-H1 and ZB-H2: closed forms (REFERENCE section 3), invariants where the forms stop holding, a full trace
+"""ZB-H1 and ZB-H2: closed forms (pipeplan/formulas.py), invariants where the forms stop holding, a full trace
 worked out by hand, and property tests with uneven stages, comm and budgets.
 """
 
@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from invariants import assert_valid
+from invariants import replay_valid
 from strategies import uneven_stage_values
 
-from pipeplan import Metrics, NotApplicable, Problem, Timeline, compute_metrics, generate, simulate
+from pipeplan import NotApplicable, Problem, generate
 from pipeplan.formulas import zb_h1_peak, zb_h1_stage_span, zb_h2_peak, zb_h2_stage_span
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -21,17 +21,9 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 COSTS = [(1.0, 1.0, 1.0), (1.0, 1.2, 0.6), (1.5, 2.0, 1.0), (2.0, 1.0, 0.5)]
 
 
-def replay(problem: Problem, name: str) -> tuple[Timeline, Metrics]:
-    """Generate, replay and check every invariant; return the timeline and metrics."""
-    timeline = simulate(problem, generate(name, problem))
-    metrics = compute_metrics(timeline)
-    assert_valid(problem, timeline, metrics)
-    return timeline, metrics
-
-
 def uniform(p: int, n: int, costs: tuple[float, float, float], comm: float = 0.0, **extra: Any) -> Problem:
     f, b, w = costs
-    return Problem(p, n, forward=f, backward=b, backward_weight=w, comm=comm, weight_activation=0.5, **extra)
+    return Problem.build(p, n, forward=f, backward=b, backward_weight=w, comm=comm, weight_activation=0.5, **extra)
 
 
 # Closed forms. They hold in the paper's regime, W <= min(F, B) and 2C <= W, for N > P (ZB-H1) and N >= 2P - 1
@@ -45,7 +37,7 @@ def test_zb_h1_stage_span_and_peak_match_closed_form(costs: tuple[float, float, 
                                                      p: int) -> None:
     comm = comm_share * costs[2]  # up to W / 2
     for n in (p + 1, 2 * p, 3 * p + 1):
-        _, metrics = replay(uniform(p, n, costs, comm), "zb-h1")
+        _, metrics = replay_valid(uniform(p, n, costs, comm), "zb-h1")
         assert metrics.stage_span == pytest.approx(zb_h1_stage_span(p, n, *costs, comm=comm))
         assert metrics.peak_memory_per_device[0] == pytest.approx(zb_h1_peak(p, n))
         assert metrics.peak_memory == pytest.approx(p)
@@ -58,14 +50,14 @@ def test_zb_h2_stage_span_and_peak_match_closed_form(costs: tuple[float, float, 
                                                      p: int) -> None:
     comm = comm_share * costs[2]
     for n in (2 * p - 1, 2 * p, 3 * p + 1):
-        _, metrics = replay(uniform(p, n, costs, comm), "zb-h2")
+        _, metrics = replay_valid(uniform(p, n, costs, comm), "zb-h2")
         assert metrics.stage_span == pytest.approx(zb_h2_stage_span(p, n, *costs, comm=comm))
         assert metrics.peak_memory_per_device[0] == pytest.approx(zb_h2_peak(p, n))
         assert metrics.peak_memory == pytest.approx(2 * p - 1)
 
 
-def test_closed_forms_are_the_reference_figures() -> None:
-    # ZB-H1 at P=8, N=64, F=B=W=1: 199, the floor quoted in REFERENCE section 4.
+def test_closed_forms_give_the_published_figures() -> None:
+    # ZB-H1 at P=8, N=64, F=B=W=1: 199, the best value known for that case with a budget of P activations.
     assert zb_h1_stage_span(8, 64, 1, 1, 1) == 199
     assert zb_h2_stage_span(4, 16, 1, 1, 1) == 48
     assert zb_h1_stage_span(4, 16, 1, 1.2, 0.6, comm=0.1) == pytest.approx(16 * 2.8 + 3 * 2.0)
@@ -74,9 +66,9 @@ def test_closed_forms_are_the_reference_figures() -> None:
 
 def test_zero_bubble_beats_1f1b_at_the_same_peak() -> None:
     problem = uniform(4, 16, (1.0, 1.0, 1.0))
-    _, one_f_one_b = replay(problem, "1f1b")
-    _, h1 = replay(problem, "zb-h1")
-    _, h2 = replay(problem, "zb-h2")
+    _, one_f_one_b = replay_valid(problem, "1f1b")
+    _, h1 = replay_valid(problem, "zb-h1")
+    _, h2 = replay_valid(problem, "zb-h2")
     assert h1.peak_memory == one_f_one_b.peak_memory == 4
     assert h1.stage_span < one_f_one_b.stage_span
     assert h2.stage_span == 48  # N(F+B+W): no bubble at all
@@ -95,14 +87,14 @@ def test_small_n_and_outside_the_regime_respect_every_invariant(name: str, costs
                                                                  comm: float) -> None:
     for p in (1, 2, 3, 5):
         for n in range(1, 2 * p + 1):
-            _, metrics = replay(uniform(p, n, costs, comm), name)
+            _, metrics = replay_valid(uniform(p, n, costs, comm), name)
             bound = zb_h1_peak(p, n) if name == "zb-h1" else zb_h2_peak(p, n)
             assert metrics.peak_memory <= bound + 1e-9
 
 
 def test_formula_does_not_hold_for_n_below_p() -> None:
     # N < P: rank 0 runs out of forwards before the first backward comes back, and waits.
-    _, metrics = replay(uniform(3, 2, (1.0, 1.0, 1.0)), "zb-h1")
+    _, metrics = replay_valid(uniform(3, 2, (1.0, 1.0, 1.0)), "zb-h1")
     assert metrics.stage_span == 9 > zb_h1_stage_span(3, 2, 1, 1, 1)
 
 
@@ -130,8 +122,8 @@ ZB_H2_TRACE = [
 
 @pytest.mark.parametrize(("name", "expected"), [("zb-h1", ZB_H1_TRACE), ("zb-h2", ZB_H2_TRACE)])
 def test_full_trace_p2_n3(name: str, expected: list[list[tuple[str, int, float, float]]]) -> None:
-    problem = Problem(2, 3, forward=1, backward=2, backward_weight=1)
-    timeline, _ = replay(problem, name)
+    problem = Problem.build(2, 3, forward=1, backward=2, backward_weight=1)
+    timeline, _ = replay_valid(problem, name)
     trace: list[list[tuple[str, int, float, float]]] = [[], []]
     for op, device, start, end in zip(timeline.ops, timeline.device, timeline.start, timeline.end):
         trace[device].append((op.kind.value, op.microbatch, start, end))
@@ -141,20 +133,20 @@ def test_full_trace_p2_n3(name: str, expected: list[list[tuple[str, int, float, 
 def test_budget_is_never_silently_exceeded() -> None:
     # ZB-H2 needs 2P - 1 = 7 activations on device 0; with a budget of 4 it must be reported infeasible.
     problem = uniform(4, 12, (1.0, 1.0, 1.0), budget=4)
-    _, h2 = replay(problem, "zb-h2")
+    _, h2 = replay_valid(problem, "zb-h2")
     assert not h2.feasible and h2.peak_memory == 7
-    _, h1 = replay(problem, "zb-h1")
+    _, h1 = replay_valid(problem, "zb-h1")
     assert h1.feasible and h1.peak_memory == 4
 
 
 @pytest.mark.parametrize("name", ["zb-h1", "zb-h2"])
 def test_not_applicable_without_split_backward_or_with_chunks(name: str) -> None:
     with pytest.raises(NotApplicable, match="split backward"):
-        generate(name, Problem(3, 6, forward=1, backward=2))
+        generate(name, Problem.build(3, 6, forward=1, backward=2))
     with pytest.raises(NotApplicable, match="one chunk per device"):
-        generate(name, Problem(3, 6, backward_weight=1, num_chunks=2))
+        generate(name, Problem.build(3, 6, backward_weight=1, num_chunks=2))
     with pytest.raises(NotApplicable, match="one chunk per device"):
-        generate(name, Problem(3, 6, backward_weight=1, num_chunks=2, placement="v"))
+        generate(name, Problem.build(3, 6, backward_weight=1, num_chunks=2, placement="v"))
 
 
 # Property tests: random uneven stages (lists, or the embedding / LM-head shape), random comm and budgets.
@@ -163,23 +155,23 @@ def test_not_applicable_without_split_backward_or_with_chunks(name: str) -> None
 def uneven_problems(draw: st.DrawFn) -> Problem:
     p = draw(st.integers(min_value=1, max_value=6))
     n = draw(st.integers(min_value=1, max_value=14))
-    return Problem(p, n, **draw(uneven_stage_values(p, p)))
+    return Problem.build(p, n, **draw(uneven_stage_values(p, p)))
 
 
 @SETTINGS
 @given(problem=uneven_problems(), name=st.sampled_from(["zb-h1", "zb-h2"]))
 def test_property_valid_and_within_budget_when_feasible(problem: Problem, name: str) -> None:
-    _, metrics = replay(problem, name)  # assert_valid checks the budget whenever feasible is reported
-    if problem.budget_per_device is None:
+    _, metrics = replay_valid(problem, name)  # assert_valid checks the budget whenever feasible is reported
+    if problem.budget is None:
         assert metrics.feasible
     else:  # infeasible is reported exactly when some device goes over
-        over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget_per_device)]
+        over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget)]
         assert metrics.feasible == (not any(over))
     # The peak never exceeds the construction's bound: P (ZB-H1) or 2P - 1 (ZB-H2) of the device's activation.
-    p, n = problem.num_stages, problem.num_microbatches
+    p, n = problem.num_devices, problem.num_microbatches
     bound = zb_h1_peak(p, n) if name == "zb-h1" else zb_h2_peak(p, n)
     for device, peak in enumerate(metrics.peak_memory_per_device):
-        assert peak <= bound * problem.activation_per_stage[device] + 1e-9
+        assert peak <= bound * problem.activation[device] + 1e-9
 
 
 @SETTINGS
@@ -188,10 +180,10 @@ def test_property_valid_and_within_budget_when_feasible(problem: Problem, name: 
                                                                       (2, "v", True)]))
 def test_property_not_applicable_exactly_when_expected(p: int, n: int, chunks: tuple[int, str, bool]) -> None:
     num_chunks, placement, split = chunks
-    problem = Problem(p, n, backward_weight=1 if split else 0, num_chunks=num_chunks, placement=placement)
+    problem = Problem.build(p, n, backward_weight=1 if split else 0, num_chunks=num_chunks, placement=placement)
     for name in ("zb-h1", "zb-h2"):
         if num_chunks == 1 and split:
-            replay(problem, name)
+            replay_valid(problem, name)
         else:
             with pytest.raises(NotApplicable):
                 generate(name, problem)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -89,8 +90,8 @@ def gantt(
         barmode="overlay",
         uniformtext={"minsize": 7, "mode": "hide"},
         xaxis={"title": f"time ({time_unit})"},
-        yaxis=_device_axis(timeline.problem.num_stages),
-        height=140 + 40 * timeline.problem.num_stages,
+        yaxis=_device_axis(timeline.problem.num_devices),
+        height=140 + 40 * timeline.problem.num_devices,
     )
     return fig
 
@@ -122,10 +123,10 @@ def memory_figure(
 ) -> go.Figure:
     """Live activation memory over time, one panel per device, with the device's budget as a dashed line."""
     problem = timeline.problem
-    num_devices = problem.num_stages
+    num_devices = problem.num_devices
     fig = make_subplots(rows=num_devices, cols=1, shared_xaxes=True, vertical_spacing=0.02,
                         subplot_titles=[_device_label(d) for d in range(num_devices)])
-    budget = problem.budget_per_device
+    budget = problem.budget
     for device, trace in enumerate(memory_traces(timeline, show_legend=False)):
         fig.add_trace(trace, row=device + 1, col=1)
         if budget is not None:
@@ -146,7 +147,7 @@ def compare(
 ) -> go.Figure:
     """Schedules stacked on one time axis: for each, its Gantt chart and, below it, memory per device."""
     assert len(timelines) == len(titles) and timelines
-    num_devices = max(t.problem.num_stages for t in timelines)
+    num_devices = max(t.problem.num_devices for t in timelines)
     subplot_titles = []
     for name in titles:
         subplot_titles += [name, "live activation memory per device"]
@@ -157,10 +158,10 @@ def compare(
         gantt_row, memory_row = 2 * k + 1, 2 * k + 2
         for trace in gantt_traces(timeline, show_legend=k == 0):
             fig.add_trace(trace, row=gantt_row, col=1)
-        fig.update_yaxes(row=gantt_row, col=1, **_device_axis(timeline.problem.num_stages))
+        fig.update_yaxes(row=gantt_row, col=1, **_device_axis(timeline.problem.num_devices))
         for trace in memory_traces(timeline, show_legend=k == 0):
             fig.add_trace(trace, row=memory_row, col=1)
-        budget = timeline.problem.budget_per_device
+        budget = timeline.problem.budget
         if budget is not None:
             for level in sorted(set(budget)):
                 fig.add_hline(y=level, line={"dash": "dash", "color": "grey"}, row=memory_row, col=1,
@@ -199,11 +200,11 @@ def memory_per_device(
     """
     assert timelines
     problem = timelines[0].problem
-    num_devices = problem.num_stages
+    num_devices = problem.num_devices
     colours = schedule_colours([t.schedule.name for t in timelines])
     fig = make_subplots(rows=num_devices, cols=1, shared_xaxes=True, vertical_spacing=0.25 / num_devices,
                         subplot_titles=[_device_label(d) for d in range(num_devices)])
-    budget = problem.budget_per_device
+    budget = problem.budget
     # The optimizer's line goes last, on top: it often coincides with a named schedule's.
     for timeline in sorted(timelines, key=lambda t: t.schedule.name == "optimal"):
         name = timeline.schedule.name
@@ -283,14 +284,47 @@ def frontier_figure(
     return fig
 
 
+# What to do when static export finds no browser: the system's package works offline (plotly's own hint,
+# plotly_get_chrome, downloads Chrome).
+NO_BROWSER_FIX = "install the system package (apt-get install chromium) or set BROWSER_PATH to a Chrome or Chromium"
+
+
+def browser_path() -> str | None:
+    """The Chrome or Chromium for PNG export: ``$BROWSER_PATH`` if set, else the system's Chromium, else None
+    (kaleido then searches on its own)."""
+    if os.environ.get("BROWSER_PATH"):
+        return os.environ["BROWSER_PATH"]
+    for candidate in (shutil.which("chromium"), shutil.which("chromium-browser"), str(SYSTEM_CHROMIUM)):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+def write_png(fig: go.Figure, path: Path) -> None:
+    """Write ``fig`` as a PNG at its layout's size with kaleido, in the browser :func:`browser_path` names.
+
+    The browser is passed to kaleido directly; the process environment is left alone. MathJax is off (no
+    figure here uses it, and kaleido would fetch it from a CDN).
+    """
+    import kaleido
+
+    browser = browser_path()
+    options = {"format": "png", "width": fig.layout.width or 1400, "height": fig.layout.height or 800, "scale": 1}
+    kaleido_options: dict[str, Any] = {"mathjax": False}
+    if browser is not None:
+        kaleido_options["path"] = browser
+    path.write_bytes(kaleido.calc_fig_sync(fig, opts=options, kopts=kaleido_options))
+
+
 def save(
-    fig: go.Figure, path: str | os.PathLike[str], png: bool = True, self_contained: bool = False
+    fig: go.Figure, path: str | os.PathLike[str], png: bool = True, self_contained: bool = True
 ) -> list[Path]:
     """Write ``fig`` to ``path`` with suffix .html and, if ``png`` and static export works, .png.
 
-    The HTML loads plotly.js from its CDN, or embeds it (about 5 MB) with ``self_contained`` so that the page
-    works offline. PNG export needs kaleido and a Chrome or Chromium; when it fails the HTML is kept and a
-    warning is logged. Returns the paths written.
+    The HTML embeds plotly.js (about 5 MB) so that it works offline; with ``self_contained=False`` it loads
+    plotly.js from its CDN instead (small, but blank without a network). PNG export needs kaleido and a Chrome or
+    Chromium (see :func:`browser_path`); when it fails the HTML is kept and a warning naming the fix is logged.
+    Returns the paths written.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -299,13 +333,21 @@ def save(
     written = [html]
     if not png:
         return written
-    if "BROWSER_PATH" not in os.environ and SYSTEM_CHROMIUM.exists():
-        os.environ["BROWSER_PATH"] = str(SYSTEM_CHROMIUM)
     image = target.with_suffix(".png")
+    # Files are named without their folder: it may be a temporary one that is renamed when the result is done.
     try:
-        fig.write_image(image, width=fig.layout.width or 1400, height=fig.layout.height or 800, scale=1)
+        write_png(fig, image)
     except Exception as exc:  # kaleido raises several kinds (no browser, timeout, missing package)
-        log.warning("PNG export of %s failed (%s: %s); the HTML is at %s", image, type(exc).__name__, exc, html)
+        image.unlink(missing_ok=True)
+        if type(exc).__name__ == "ChromeNotFoundError":
+            browser = browser_path()
+            where = "no Chrome or Chromium found" if browser is None else f"no browser at {browser!r}"
+            log.warning("PNG export of %s skipped: %s; %s, or pass --no-png. %s has the same figure",
+                        image.name, where, NO_BROWSER_FIX, html.name)
+        else:
+            reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            log.warning("PNG export of %s failed (%s: %s); %s has the same figure", image.name,
+                        type(exc).__name__, reason, html.name)
     else:
         written.append(image)
     return written

@@ -1,7 +1,9 @@
 """Result folders: ``summary.json``, ``metrics.csv`` and one ``schedules/<name>.json`` per schedule.
 
 A folder is written atomically: everything goes to a temporary sibling that is renamed into place at the end,
-so a failed or interrupted run leaves nothing half-written, and an existing folder is replaced only when asked.
+in a step that never replaces what is there (:func:`rename_no_replace`), so a failed or interrupted run leaves
+nothing half-written, of two runs writing one folder exactly one wins, and an existing folder is replaced only
+when asked and only if pipeplan wrote it (:func:`write_folder`).
 
 A folder is also self-describing: ``summary.json`` holds the effective config (key ``config``, in the YAML
 file's layout with every per-stage value spelled out), so :func:`read_results` can rebuild the problem and
@@ -10,11 +12,16 @@ every replayed schedule from the folder alone, e.g. to re-render ``report.html``
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import math
 import os
 import shutil
+import signal
+import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +31,7 @@ import pandas as pd
 
 from pipeplan.config import Config, SolverSettings, Units, config_from_dict
 from pipeplan.frontier import FrontierRow
+from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError, Op, OpKind, Problem
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.simulate import Timeline, simulate
@@ -86,48 +94,226 @@ def _umask() -> int:
 RESULT_MARKERS = ("summary.json", "frontier.csv", "sweep.csv")
 
 
+def is_result_folder(path: Path) -> bool:
+    """True when ``path`` is a folder holding one of :data:`RESULT_MARKERS` (a folder pipeplan wrote)."""
+    return path.is_dir() and any((path / marker).is_file() for marker in RESULT_MARKERS)
+
+
 def check_replaceable(out: Path, force: bool) -> None:
     """Raise :class:`ConfigError` unless ``out`` is free, or is a pipeplan result folder and ``force`` is set.
 
     --force never deletes a folder that pipeplan did not write (e.g. ``--out . --force`` or ``--out results``).
+    This is the early check that spares a long solve; :func:`write_folder` checks again when it moves the
+    result into place, atomically.
     """
-    if not out.exists():
+    if not os.path.lexists(out):
         return
     if not out.is_dir():
         raise ConfigError(f"output path {str(out)!r} is a file, not a folder; pick another --out")
     if not force:
         raise ConfigError(f"output folder {str(out)!r} already exists; pass --force to replace it or pick another")
-    if out.resolve() == Path.cwd().resolve() or not any((out / marker).exists() for marker in RESULT_MARKERS):
-        raise ConfigError(
-            f"output folder {str(out)!r} is not a pipeplan result folder (no {' or '.join(RESULT_MARKERS)}); "
-            "--force only replaces those, pick a new folder"
-        )
+    if out.resolve() == Path.cwd().resolve() or not is_result_folder(out):
+        raise ConfigError(_not_ours(out))
+
+
+def _not_ours(out: Path) -> str:
+    return (f"output folder {str(out)!r} is not a pipeplan result folder (no {' or '.join(RESULT_MARKERS)}); "
+            "--force only replaces those, pick a new folder")
+
+
+def check_creatable(out: Path) -> None:
+    """Raise :class:`ConfigError` unless the folder ``out`` (and any missing parents) can be created here.
+
+    Tries it: a probe folder is made and removed in the nearest existing ancestor, where the first missing
+    folder would go. Missing parents are created only when the result is written.
+    """
+    out = Path(out)
+    ancestor = out.absolute().parent
+    while not os.path.lexists(ancestor) and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"cannot create output folder {str(out)!r}: {str(ancestor)!r} is a file, not a folder; "
+                          "pick an --out that is not under a file")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".pipeplan-probe.", dir=ancestor))
+    except OSError as exc:
+        raise ConfigError(f"cannot create output folder {str(out)!r}: cannot write in {str(ancestor)!r} "
+                          f"({exc.strerror}); pick an --out in a folder you can write to") from None
+
+
+def check_output_folder(out: Path, force: bool) -> None:
+    """Fail early, before a long solve, when ``out`` may not be replaced or cannot be created (see above)."""
+    check_replaceable(out, force)
+    check_creatable(out)
+
+
+class WriteInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived while a result was being written; nothing was left behind.
+
+    Raised only when the signal's own handler, called again after the cleanup, did not end the run itself.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name} while writing")
+        self.signum = signum
+
+
+class _SignalGuard:
+    """While active (in the main thread), SIGINT and SIGTERM abort the write so that its cleanup runs.
+
+    The first signal raises :class:`WriteInterrupted`; once ``holding`` is set (the cleanup or the final moves
+    are running), signals are only recorded so that nothing interrupts those. On exit the previous handlers
+    are restored and a recorded signal is delivered to them: SIGTERM then ends the process as it would have
+    (status 143 in a shell), SIGINT raises KeyboardInterrupt. Signals set to be ignored stay ignored.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.previous: dict[int, Any] = {}  # keyed by signal number: the handler to restore
+        self.pending: int | None = None
+        self.holding = False
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.pending is None:
+            self.pending = signum
+        if not self.holding:
+            self.holding = True
+            raise WriteInterrupted(signum)
+
+    def __enter__(self) -> _SignalGuard:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                previous = signal.getsignal(signum)
+                if previous is None or previous == signal.SIG_IGN:
+                    continue  # installed outside Python, or ignored on purpose: leave it alone
+                self.previous[signum] = previous
+                signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.holding = True
+        for signum, previous in self.previous.items():
+            signal.signal(signum, previous)
+        if self.pending is not None:
+            signal.raise_signal(self.pending)
+
+
+# renameat2(2) flag: fail with EEXIST instead of replacing the target.
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+
+
+def _libc_renameat2() -> Any:
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    except OSError:
+        return None
+
+
+_RENAMEAT2 = _libc_renameat2() if sys.platform.startswith("linux") else None
+
+
+def rename_no_replace(source: Path, target: Path) -> None:
+    """Move ``source`` to ``target`` in one step that fails with FileExistsError if ``target`` exists.
+
+    On Linux this is renameat2(RENAME_NOREPLACE), atomic even against other processes. Elsewhere, or on a
+    file system without that flag, it checks first and then renames: a plain rename already refuses a target
+    that is a file or a non-empty folder, so only an empty folder created in between could be replaced.
+    """
+    if _RENAMEAT2 is not None:
+        if _RENAMEAT2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS):
+            raise OSError(err, os.strerror(err), str(target))
+    if os.path.lexists(target):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
+    try:
+        os.rename(source, target)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target)) from None
+        raise
+
+
+def _taken(out: Path) -> str:
+    return (f"output folder {str(out)!r} already exists (something else created it while this run was writing); "
+            "pass --force to replace it or pick another")
+
+
+def _publish(staging: Path, out: Path, force: bool) -> None:
+    """Move the finished ``staging`` folder to ``out``; with ``force``, replace a pipeplan result folder there.
+
+    Never replaces anything in one step: an existing ``out`` is first moved aside (atomically, to a fresh
+    hidden folder only this run knows), checked there to be a pipeplan result folder, and deleted only after
+    the new folder is in place. Anything else is moved back untouched.
+    """
+    try:
+        rename_no_replace(staging, out)
+        return
+    except FileExistsError:
+        if not force:
+            raise ConfigError(_taken(out)) from None
+    trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=staging.parent))
+    old = trash / out.name
+    try:
+        os.rename(out, old)
+    except FileNotFoundError:  # removed meanwhile: nothing to replace
+        trash.rmdir()
+        try:
+            rename_no_replace(staging, out)
+        except FileExistsError:
+            raise ConfigError(_taken(out)) from None
+        return
+    if not is_result_folder(old):
+        try:
+            rename_no_replace(old, out)
+        except OSError:
+            raise ConfigError(f"{_not_ours(out)}; it appeared while this run was writing and another folder "
+                              f"took its place meanwhile, so it was kept at {str(old)!r}: move it back") from None
+        trash.rmdir()
+        raise ConfigError(_not_ours(out))
+    try:
+        rename_no_replace(staging, out)
+    except FileExistsError:
+        try:
+            rename_no_replace(old, out)
+        except OSError:
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            trash.rmdir()
+        raise ConfigError(_taken(out)) from None
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def write_folder(out: Path, force: bool, fill: Callable[[Path], None]) -> None:
     """Create ``out`` by calling ``fill`` on a temporary folder, then moving it into place.
 
-    Raises :class:`ConfigError` if ``out`` exists and may not be replaced (:func:`check_replaceable`).
-    Nothing is left behind on error.
+    Raises :class:`ConfigError` if ``out`` exists and may not be replaced (:func:`check_replaceable`), now or
+    when the result is moved into place (of two runs writing the same folder, exactly one wins), or if it
+    cannot be created. Missing parent folders are created. Nothing is left behind on error, nor on SIGINT or
+    SIGTERM while writing: ``out`` is then either complete or absent (see :class:`_SignalGuard`).
     """
     out = Path(out)
-    check_replaceable(out, force)
-    parent = out.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
-    staging.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the result is an ordinary folder
+    check_output_folder(out, force)
+    parent = out.absolute().parent
     try:
-        fill(staging)
-        if out.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=parent))
-            os.replace(out, trash / out.name)
-            os.replace(staging, out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the parent folders of {str(out)!r} ({exc.strerror}); pick another --out") \
+            from None
+    with _SignalGuard() as guard:
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+        try:
+            staging.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the result is an ordinary folder
+            fill(staging)
+            guard.holding = True  # from here on a signal waits until the folder is in place or cleaned up
+            _publish(staging, out, force)
+        except BaseException:
+            guard.holding = True
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
 
 
 def write_results(out: Path, summary: dict[str, Any], timelines: dict[str, Timeline], force: bool = False,
@@ -165,17 +351,17 @@ def config_record(name: str, problem: Problem, settings: SolverSettings, units: 
     command-line overrides. Saving it as YAML gives a config that reproduces the run.
     """
     v = problem.num_chunks
-    budget = problem.budget_per_device
+    budget = problem.budget
     return {
         "name": name,
-        "pipeline": {"num_stages": problem.num_stages, "num_microbatches": problem.num_microbatches,
+        "pipeline": {"num_stages": problem.num_devices, "num_microbatches": problem.num_microbatches,
                      "num_chunks": v, "placement": problem.placement},
-        "costs": {"forward": _per_stage(problem.forward_per_stage, v),
-                  "backward": _per_stage(problem.backward_per_stage, v),
-                  "backward_weight": _per_stage(problem.backward_weight_per_stage, v),
-                  "comm": _per_stage(problem.comm_per_stage, v)},
-        "memory": {"activation": _per_stage(problem.activation_per_stage, v),
-                   "weight_activation": _per_stage(problem.weight_activation_per_stage, v),
+        "costs": {"forward": _per_stage(problem.forward, v),
+                  "backward": _per_stage(problem.backward, v),
+                  "backward_weight": _per_stage(problem.backward_weight, v),
+                  "comm": _per_stage(problem.comm, v)},
+        "memory": {"activation": _per_stage(problem.activation, v),
+                   "weight_activation": _per_stage(problem.weight_activation, v),
                    **({} if budget is None else {"budget": _per_stage(budget, 1)})},
         "solver": asdict(settings),
         "units": asdict(units),
@@ -207,7 +393,7 @@ def _timeline_from_record(problem: Problem, name: str, flushes: int, record: Any
     """Rebuild a replayed schedule from its ops file and check that replaying its orders gives the same times."""
     if not isinstance(record, dict) or not isinstance(record.get("ops"), list):
         raise ConfigError(f"{path} must hold an object with a list 'ops'")
-    orders: list[list[Op]] = [[] for _ in range(problem.num_stages)]
+    orders: list[list[Op]] = [[] for _ in range(problem.num_devices)]
     times: dict[Op, tuple[float, float]] = {}  # keyed by op: (start, end) as written
     try:
         for item in record["ops"]:
@@ -259,23 +445,125 @@ def read_results(folder: Path) -> Results:
         path = folder / "schedules" / f"{name}.json"
         record = _read_json(path, folder)
         timelines[name] = _timeline_from_record(config.problem, name, int(row.get("flushes", 1)), record, path)
+    check_summary(summary, config, timelines, folder / "summary.json")
     return Results(summary, config, timelines)
+
+
+# Relative and absolute slack when comparing a stored number with its replay (JSON keeps floats exactly, so
+# this only forgives the last bits of a sum taken in another order).
+_REPLAY_TOLERANCE = 1e-9
+
+
+def _same(stored: Any, replayed: Any) -> bool:
+    """True when a stored summary value equals its replay: booleans exactly, numbers within the tolerance,
+    lists element by element."""
+    if isinstance(replayed, bool) or isinstance(stored, bool):
+        return stored is replayed
+    if isinstance(replayed, list):
+        return isinstance(stored, list) and len(stored) == len(replayed) and all(
+            _same(a, b) for a, b in zip(stored, replayed))
+    if isinstance(replayed, (int, float)):
+        return isinstance(stored, (int, float)) and math.isclose(
+            stored, replayed, rel_tol=_REPLAY_TOLERANCE, abs_tol=_REPLAY_TOLERANCE)
+    return bool(stored == replayed)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``value`` for a message: floats to 10 significant digits, cut to ``limit`` characters."""
+    if isinstance(value, float):
+        text = f"{value:.10g}"
+    elif isinstance(value, list):
+        text = "[" + ", ".join(_short(item, limit) for item in value[:limit]) + "]"
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_summary(summary: dict[str, Any], config: Config, timelines: dict[str, Timeline], path: Path) -> None:
+    """Check every number of ``summary`` that a replay recomputes against the replay of ``timelines``.
+
+    Per schedule: every metric (makespan, stage span, utilization, bubble, peaks, busy times, whether it fits
+    the budget, ...); for the optimizer, that its gap and status agree with its bound and replayed objective;
+    for the whole: the problem's shape and budget, the objective, and that the chosen schedule fits and is
+    among the best. Raises :class:`ConfigError` naming the schedule, the field, the stored and the replayed
+    value. The solver's bound, time and source are not replayable and are not checked.
+    """
+    problem = config.problem
+    rerun = "the folder was edited; run 'pipeplan solve' again to get a consistent one"
+
+    def mismatch(where: str, stored: Any, replayed: Any) -> ConfigError:
+        shown = replayed if isinstance(replayed, str) else _short(replayed)  # a text describes the replay
+        return ConfigError(f"{path}: {where} is {_short(stored)} but the replay gives {shown}; {rerun}")
+
+    budget = problem.budget
+    expected: dict[str, Any] = {
+        "num_stages": problem.num_devices, "num_microbatches": problem.num_microbatches,
+        "num_chunks": problem.num_chunks, "objective": config.solver.objective,
+        "memory_budget": None if budget is None else (budget[0] if len(set(budget)) == 1 else list(budget)),
+    }
+    for key, value in expected.items():
+        if key in summary and not (summary[key] is None if value is None else _same(summary[key], value)):
+            raise mismatch(f"{key!r} (of the config in it)", summary[key], value)
+    objective = config.solver.objective
+    replayed: dict[str, Metrics] = {name: compute_metrics(timeline) for name, timeline in timelines.items()}
+    for row in summary["schedules"]:
+        name = str(row["schedule"])
+        metrics = replayed[name].to_dict()
+        for key, value in metrics.items():
+            if key == "schedule":
+                continue
+            if key not in row:
+                raise ConfigError(f"{path}: schedule {name!r} has no {key!r}; {rerun}")
+            if not _same(row[key], value):
+                raise mismatch(f"schedule {name!r}: {key!r}", row[key], value)
+        if "status" in row:
+            _check_proof(row, name, metrics[objective], mismatch)
+    chosen = summary.get("chosen")
+    if chosen not in replayed:
+        raise ConfigError(f"{path}: 'chosen' is {_short(chosen)}, not a schedule in the folder; {rerun}")
+    if not replayed[chosen].feasible:
+        raise mismatch(f"schedule {chosen!r} (chosen): 'feasible'", True, False)
+    best = min(getattr(m, objective) for m in replayed.values() if m.feasible)
+    value = getattr(replayed[chosen], objective)
+    if value > best * (1 + _REPLAY_TOLERANCE) + _REPLAY_TOLERANCE:
+        raise mismatch(f"'chosen' ({chosen!r}, {objective} {value:g})", chosen,
+                       f"a schedule within the budget with {objective} {best:g}")
+
+
+def _check_proof(row: dict[str, Any], name: str, value: float,
+                 mismatch: Callable[[str, Any, Any], ConfigError]) -> None:
+    """The optimizer's bound, gap and status must agree with its replayed objective ``value``."""
+    lower, gap, status = row.get("lower_bound"), row.get("gap"), row.get("status")
+    if not isinstance(lower, (int, float)) or isinstance(lower, bool) or lower > value * (1 + _REPLAY_TOLERANCE) \
+            + _REPLAY_TOLERANCE:
+        raise mismatch(f"schedule {name!r}: 'lower_bound' (a bound never above the schedule)", lower,
+                       f"at most {value:g}")
+    expected_gap = (value - lower) / value if value > 0 else 0.0
+    if not _same(gap, expected_gap):
+        raise mismatch(f"schedule {name!r}: 'gap'", gap, expected_gap)
+    if (status == "OPTIMAL") != (expected_gap <= _REPLAY_TOLERANCE):
+        raise mismatch(f"schedule {name!r}: 'status'", status,
+                       "OPTIMAL" if expected_gap <= _REPLAY_TOLERANCE else "not OPTIMAL (the gap is not 0)")
 
 
 def write_file(path: Path, text: str, force: bool = False) -> None:
     """Write ``text`` to ``path`` atomically (a temporary sibling renamed into place).
 
-    Raises :class:`ConfigError` if ``path`` exists and ``force`` is false.
+    Raises :class:`ConfigError` if ``path`` exists and ``force`` is false. The temporary file is removed on
+    error and on SIGINT or SIGTERM (see :class:`_SignalGuard`).
     """
     path = Path(path)
     if path.exists() and not force:
         raise ConfigError(f"{str(path)!r} already exists; pass --force to replace it")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; the result is an ordinary file
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with _SignalGuard() as guard:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; the result is an ordinary file
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                file.write(text)
+            guard.holding = True
+            os.replace(temporary, path)
+        except BaseException:
+            guard.holding = True
+            Path(temporary).unlink(missing_ok=True)
+            raise

@@ -75,17 +75,17 @@ def _glance(summary: dict[str, Any], config: Config) -> str:
     chunks = problem.num_chunks
     per_stage = "per model stage" if chunks > 1 else "per stage"
     rows = [
-        ("devices (pipeline stages)", str(problem.num_stages)),
+        ("devices (pipeline stages)", str(problem.num_devices)),
         ("microbatches per step", str(problem.num_microbatches)),
         ("chunks per device", f"{chunks} ({problem.placement} placement)" if chunks > 1 else "1"),
-        (f"forward F ({units.time}, {per_stage})", _values(problem.forward_per_stage)),
-        (f"backward B ({units.time}, {per_stage})", _values(problem.backward_per_stage)
+        (f"forward F ({units.time}, {per_stage})", _values(problem.forward)),
+        (f"backward B ({units.time}, {per_stage})", _values(problem.backward)
          + ("; input gradient only (split backward)" if split else "; full backward")),
-        (f"weight gradient W ({units.time})", _values(problem.backward_weight_per_stage) if split else "not split"),
-        (f"comm latency ({units.time})", _values(problem.comm_per_stage)),
-        (f"activation per microbatch ({units.memory})", _values(problem.activation_per_stage)),
-        (f"kept until W ({units.memory})", _values(problem.weight_activation_per_stage) if split else "-"),
-        (f"budget per device ({units.memory})", _values(problem.budget_per_device)),
+        (f"weight gradient W ({units.time})", _values(problem.backward_weight) if split else "not split"),
+        (f"comm latency ({units.time})", _values(problem.comm)),
+        (f"activation per microbatch ({units.memory})", _values(problem.activation)),
+        (f"kept until W ({units.memory})", _values(problem.weight_activation) if split else "-"),
+        (f"budget per device ({units.memory})", _values(problem.budget)),
         ("objective", f"{summary['objective'].replace('_', ' ')} (lower is better)"),
         ("solver", f"time limit {_num(solver.time_limit_s)} s, {solver.num_workers} workers, "
                    f"seed {solver.random_seed}"),

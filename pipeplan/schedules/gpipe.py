@@ -2,6 +2,9 @@
 
 Under a budget the microbatches go in the fewest flushes the budget allows; each flush fills and drains the
 pipeline, so a tight budget pays the bubble once per flush.
+
+Uniform stages, no comm, room for k microbatches: ceil(N / k) flushes, makespan (N + flushes (P-1)) (F+B) and a
+peak of min(k, N) activations on every device (:mod:`pipeplan.formulas`).
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ def max_per_flush(problem: Problem) -> int:
 
     A flush keeps all its microbatches' activations on every stage of a device until its backwards run.
     """
-    budget = problem.budget_per_device
+    budget = problem.budget
     limit = problem.num_microbatches
     if budget is None:
         return limit
-    for device in range(problem.num_stages):
-        per_microbatch = sum(problem.activation_per_stage[s] for s in problem.stages_on_device(device))
+    for device in range(problem.num_devices):
+        per_microbatch = problem.footprint(device)
         if per_microbatch > 0:
             limit = min(limit, int(math.floor(budget[device] / per_microbatch + 1e-9)))
     return max(1, limit)
@@ -37,10 +40,10 @@ def gpipe_with_flush_size(problem: Problem, per_flush: int, name: str = "gpipe")
     """
     assert per_flush >= 1
     n = problem.num_microbatches
-    orders: list[list[Op]] = [[] for _ in range(problem.num_stages)]
+    orders: list[list[Op]] = [[] for _ in range(problem.num_devices)]
     flushes = [range(lo, min(lo + per_flush, n)) for lo in range(0, n, per_flush)]
     for flush in flushes:
-        for device in range(problem.num_stages):
+        for device in range(problem.num_devices):
             stages = problem.stages_on_device(device)
             for s in stages:
                 orders[device].extend(problem.op(OpKind.F, s, m) for m in flush)

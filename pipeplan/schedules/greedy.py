@@ -44,7 +44,7 @@ RULES: tuple[GreedyRule, ...] = tuple(
 
 
 def _in_flight_cap(problem: Problem, device: int, cap: str) -> int:
-    depth = problem.num_stages - device
+    depth = problem.num_devices - device
     if cap == "1f1b":
         return depth
     if cap == "2x":
@@ -53,37 +53,56 @@ def _in_flight_cap(problem: Problem, device: int, cap: str) -> int:
 
 
 class _ListScheduler:
-    """State of one greedy run: ready ops, device clocks and live memory, all in the problem's units."""
+    """State of one greedy run: ready ops, device clocks and live memory, all in the problem's units.
+
+    Per device, ops wait in ``pending`` (a heap by the time their inputs arrive) until the clock reaches that
+    time, then move to one heap per kind ordered by the kind's preference, so each pick costs a logarithm.
+    """
 
     def __init__(self, problem: Problem, rule: GreedyRule) -> None:
         self.problem = problem
         self.priority = _PRIORITIES[rule.priority]
-        devices = range(problem.num_stages)
+        devices = range(problem.num_devices)
         self.cap = [_in_flight_cap(problem, d, rule.cap) for d in devices]
         self.first_stage = [min(problem.stages_on_device(d)) for d in devices]
         # Memory a microbatch needs on a device across all its chunks, reserved when it enters the device so
         # that its later chunks can never be locked out by newer microbatches.
-        self.per_microbatch = [
-            sum(problem.activation_per_stage[s] for s in problem.stages_on_device(d)) for d in devices
+        self.per_microbatch = [problem.footprint(d) for d in devices]
+        budget = problem.budget
+        self.budget = [float("inf")] * problem.num_devices if budget is None else list(budget)
+        self.committed = [0.0] * problem.num_devices
+        self.in_flight = [0] * problem.num_devices
+        self.free_at = [0.0] * problem.num_devices
+        # pending[d]: heap of (ready time, sequence, op) of ops on device d whose dependency has ended.
+        self.pending: list[list[tuple[float, int, Op]]] = [[] for _ in devices]
+        # ready[d][kind]: heap of (preference key, op) of ops on device d whose inputs have arrived.
+        self.ready: list[dict[OpKind, list[tuple[tuple[int, int], Op]]]] = [
+            {kind: [] for kind in OpKind} for _ in devices
         ]
-        budget = problem.budget_per_device
-        self.budget = [float("inf")] * problem.num_stages if budget is None else list(budget)
-        self.committed = [0.0] * problem.num_stages
-        self.in_flight = [0] * problem.num_stages
-        self.free_at = [0.0] * problem.num_stages
-        # ready[d]: (ready time, op) of ops on device d whose dependency has ended.
-        self.ready: list[list[tuple[float, Op]]] = [[] for _ in devices]
+        self.sequence = itertools.count()
         # successors[op]: ops that wait for op; keyed by op.
         self.successors: dict[Op, list[tuple[Op, float]]] = {}
         for op in problem.all_ops():
             deps = problem.dependencies(op)
             if not deps:
-                self.ready[problem.device_of(op.stage)].append((0.0, op))
+                self._arrive(op, 0.0)
             for dep, lag in deps:
                 self.successors.setdefault(dep, []).append((op, lag))
         self.orders: list[list[Op]] = [[] for _ in devices]
         # releases[d]: heap of (time, amount) of memory returned when a B or W ends.
         self.releases: list[list[tuple[float, float]]] = [[] for _ in devices]
+
+    def _arrive(self, op: Op, at: float) -> None:
+        heapq.heappush(self.pending[self.problem.device_of(op.stage)], (at, next(self.sequence), op))
+
+    def _admit_arrivals(self, device: int, now: float) -> None:
+        pending = self.pending[device]
+        while pending and pending[0][0] <= now:
+            _, _, op = heapq.heappop(pending)
+            # F: the highest stage first (it is closest to its backward), then the oldest microbatch;
+            # B and W: the oldest microbatch first, then the highest stage.
+            key = (-op.stage, op.microbatch) if op.kind is OpKind.F else (op.microbatch, -op.stage)
+            heapq.heappush(self.ready[device][op.kind], (key, op))
 
     def _admissible(self, device: int, op: Op) -> bool:
         if op.kind is not OpKind.F or op.stage != self.first_stage[device]:
@@ -93,34 +112,32 @@ class _ListScheduler:
         return fits and self.in_flight[device] < self.cap[device]
 
     def _pick(self, device: int, now: float) -> Op | None:
-        ready = [op for t, op in self.ready[device] if t <= now]
+        """The preferred ready op of the first kind in priority order that may run, taken off its heap.
+
+        Only a forward on the device's first stage can be held back (by memory or the in-flight cap), and it
+        sorts after every other forward, so the top of each heap decides."""
+        self._admit_arrivals(device, now)
         for kind in self.priority:
-            options = [op for op in ready if op.kind is kind and self._admissible(device, op)]
-            if options:
-                if kind is OpKind.F:
-                    return min(options, key=lambda op: (-op.stage, op.microbatch))
-                return min(options, key=lambda op: (op.microbatch, -op.stage))
+            heap = self.ready[device][kind]
+            if heap and self._admissible(device, heap[0][1]):
+                return heapq.heappop(heap)[1]
         return None
 
     def _start(self, device: int, op: Op, now: float) -> float:
         problem = self.problem
         end = now + problem.duration(op)
-        self.ready[device] = [(t, o) for t, o in self.ready[device] if o != op]
         self.orders[device].append(op)
         self.free_at[device] = end
         s = op.stage
-        act, wact = problem.activation_per_stage[s], problem.weight_activation_per_stage[s]
         if op.kind is OpKind.F and s == self.first_stage[device]:
             self.committed[device] += self.per_microbatch[device]
             self.in_flight[device] += 1
-        elif op.kind is OpKind.B:
-            heapq.heappush(self.releases[device], (end, act - wact if problem.split_backward else act))
-        elif op.kind is OpKind.W:
-            heapq.heappush(self.releases[device], (end, wact))
+        elif op.kind is not OpKind.F:
+            heapq.heappush(self.releases[device], (end, problem.released_by(op.kind, s)))
         if op.kind is OpKind.B and s == self.first_stage[device]:
             self.in_flight[device] -= 1
         for succ, lag in self.successors.get(op, []):
-            self.ready[problem.device_of(succ.stage)].append((end + lag, succ))
+            self._arrive(succ, end + lag)
         return end
 
     def run(self, name: str) -> Schedule | None:
@@ -133,11 +150,11 @@ class _ListScheduler:
             now, _ = heapq.heappop(events)
             while events and events[0][0] <= now:
                 heapq.heappop(events)
-            for device in range(problem.num_stages):
+            for device in range(problem.num_devices):
                 releases = self.releases[device]
                 while releases and releases[0][0] <= now:
                     self.committed[device] -= heapq.heappop(releases)[1]
-            for device in range(problem.num_stages):
+            for device in range(problem.num_devices):
                 while self.free_at[device] <= now:
                     op = self._pick(device, now)
                     if op is None:
@@ -147,10 +164,10 @@ class _ListScheduler:
                     heapq.heappush(events, (end, next(counter)))
                     for _, succ_lag in self.successors.get(op, []):
                         heapq.heappush(events, (end + succ_lag, next(counter)))
-            for device in range(problem.num_stages):
-                future = [t for t, _ in self.ready[device] if t > now]
-                if future:
-                    heapq.heappush(events, (min(future), next(counter)))
+            for device in range(problem.num_devices):
+                future = self.pending[device]
+                if future and future[0][0] > now:
+                    heapq.heappush(events, (future[0][0], next(counter)))
         if done != total:
             return None
         return Schedule.from_lists(name, self.orders)

@@ -64,7 +64,7 @@ def interleaved_one_f_one_b(problem: Problem) -> Schedule:
             + " and ".join(fix for fix, needed in (("pipeline.num_chunks: 2", problem.num_chunks < 2),
                                                   ("pipeline.placement: loop", problem.placement != "loop")) if needed)
         )
-    p, v = problem.num_stages, problem.num_chunks
+    p, v = problem.num_devices, problem.num_chunks
     table = chunk_table(p, problem.num_microbatches, v)
     total = len(table)
     orders: list[list[Op]] = []

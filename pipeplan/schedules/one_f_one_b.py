@@ -1,7 +1,12 @@
 """1F1B (PipeDream-Flush): a short warm-up of forwards, then one forward and one backward in turn.
 
-Rank r runs min(P - r - 1, N) warm-up forwards, so it holds at most P - r activations. When the budget admits
-fewer in-flight microbatches, the warm-up shrinks to fit (a memory-limited 1F1B: slower, but feasible).
+Rank r runs min(P - r - 1, N) warm-up forwards, then alternates one forward and one backward until the forwards
+run out, then runs the remaining backwards; with a split backward each B is followed directly by its W. So rank r
+holds at most min(P - r, N) activations. When the budget admits fewer in-flight microbatches, the warm-up
+shrinks to fit (a memory-limited 1F1B: slower, but feasible).
+
+Uniform stages, no comm, no binding budget: makespan (N + P - 1)(F + B) for every N >= 1, peak min(P, N)
+activations on rank 0 (:mod:`pipeplan.formulas`).
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ def warmup_counts(problem: Problem) -> list[int]:
     microbatch, which rank r only sends before its own first backward if it warmed up at least as far.
     """
     counts: list[int] = []
-    for rank in range(problem.num_stages):
-        count = min(problem.num_stages - rank - 1, problem.num_microbatches)
+    for rank in range(problem.num_devices):
+        count = min(problem.num_devices - rank - 1, problem.num_microbatches)
         in_flight = problem.max_in_flight(rank)
         if in_flight is not None:
             count = min(count, in_flight - 1)

@@ -36,7 +36,7 @@ class _RankOrder:
 
     def __init__(self, problem: Problem, rank: int, num_microbatches: int) -> None:
         self.problem = problem
-        p = problem.num_stages
+        p = problem.num_devices
         self.stages = (rank, 2 * p - 1 - rank)  # model stage of chunk 0 and chunk 1
         self.num_microbatches = num_microbatches  # microbatches planned for, including dropped padding
         self.next_forward = [0, 0]
@@ -75,7 +75,7 @@ class _RankOrder:
 
 def rank_order(problem: Problem, rank: int) -> list[Op]:
     """Rank ``rank``'s ZB-V order (see the module docstring for the rule)."""
-    p = problem.num_stages
+    p = problem.num_devices
     n = max(problem.num_microbatches, 2 * p - 1)
     build = _RankOrder(problem, rank, n)
     for _ in range(2 * (p - rank) - 1):
@@ -116,4 +116,4 @@ def zb_v(problem: Problem) -> Schedule:
                                                ("pipeline.placement: v", problem.placement != "v"),
                                                ("costs.backward_weight > 0", not problem.split_backward)) if needed)
         )
-    return Schedule.from_lists("zb-v", [rank_order(problem, r) for r in range(problem.num_stages)])
+    return Schedule.from_lists("zb-v", [rank_order(problem, r) for r in range(problem.num_devices)])

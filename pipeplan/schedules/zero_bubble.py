@@ -1,4 +1,5 @@
-"""ZB-H1 and ZB-H2 (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024), exactly as REFERENCE section 3.
+"""ZB-H1 and ZB-H2 (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024), built exactly as the paper
+specifies them.
 
 Both need a split backward (B = input gradient, W = weight gradient) and one chunk per device. Rank r runs
 ``warmup[r]`` forwards, then steps i = 0, 1, ...: a forward if any remain, the B of microbatch i and, once
@@ -47,7 +48,7 @@ def zero_bubble_schedule(problem: Problem, name: str, warmups: list[int], w_dela
     assert all(a >= b for a, b in zip(warmups, warmups[1:])), "warm-up must not increase with the rank"
     n = problem.num_microbatches
     orders: list[list[Op]] = []
-    for rank in range(problem.num_stages):
+    for rank in range(problem.num_devices):
         warmup = min(warmups[rank], n)
         order = [problem.op(OpKind.F, rank, m) for m in range(warmup)]
         next_forward = warmup
@@ -69,7 +70,7 @@ def zero_bubble_schedule(problem: Problem, name: str, warmups: list[int], w_dela
 def zb_h1(problem: Problem) -> Schedule:
     """ZB-H1: 1F1B's warm-up, W of rank r held back for r steps; peak at most P activations."""
     _check_applicable(problem, "zb-h1")
-    p = problem.num_stages
+    p = problem.num_devices
     warmups = [p - r - 1 for r in range(p)]
     return zero_bubble_schedule(problem, "zb-h1", warmups, list(range(p)))
 
@@ -78,6 +79,6 @@ def zb_h1(problem: Problem) -> Schedule:
 def zb_h2(problem: Problem) -> Schedule:
     """ZB-H2: twice 1F1B's warm-up, W of rank r held back for 2r steps; peak at most 2P - 1 activations."""
     _check_applicable(problem, "zb-h2")
-    p = problem.num_stages
+    p = problem.num_devices
     warmups = [2 * (p - r - 1) for r in range(p)]
     return zero_bubble_schedule(problem, "zb-h2", warmups, [2 * r for r in range(p)])

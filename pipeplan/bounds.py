@@ -1,0 +1,207 @@
+"""Lower bounds on the optimizer's objective, and the proof arithmetic that turns (value, bound) into a status.
+
+Every bound here is a theorem about the problem alone: a pure function whose docstring carries its argument,
+valid for every schedule within the budget (tested against exhaustive search on tiny problems and against
+every generator on random ones). The solver hands them to CP-SAT as data (the objective's domain) and compares
+its answers with them; nothing here touches CP-SAT.
+
+The timing model the arguments rely on: F(s, m) follows F(s-1, m) plus the link latency, B(s, m) follows
+B(s+1, m) plus the latency (or F(s, m) on the last model stage), W(s, m) follows B(s, m); a device runs one op
+at a time. Memory: F allocates its activation when it starts, B and W release it when they end
+(:meth:`~pipeplan.problem.Problem.released_by`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pipeplan.problem import Problem
+
+OPTIMAL = "OPTIMAL"
+FEASIBLE = "FEASIBLE"
+
+# Relative slack under which a value and its bound are the same number (float noise of a proven optimum,
+# e.g. 87.21000000000001 against 87.21); also the slack when comparing bounds with budgets and counts.
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Proof:
+    """How far a schedule's value can be from optimal: the bound (never above the value), the relative gap
+    (value - bound) / value, and OPTIMAL when the gap is zero, else FEASIBLE."""
+
+    lower_bound: float
+    gap: float
+    status: str
+
+
+def prove(value: float, bound: float) -> Proof:
+    """The one place that decides what a (value, lower bound) pair proves.
+
+    The bound is clipped to the value (a proven bound is never above a feasible schedule's value; above it by
+    float noise only); a gap within relative 1e-9 is float noise of a proven optimum, so the bound is set to
+    the value and the status is OPTIMAL.
+    """
+    lower = min(value, bound)
+    gap = (value - lower) / value if value > 0 else 0.0
+    if gap <= _EPS:
+        return Proof(lower_bound=value, gap=0.0, status=OPTIMAL)
+    return Proof(lower_bound=lower, gap=gap, status=FEASIBLE)
+
+
+def minimum_budget(problem: Problem) -> list[float]:
+    """Per device, the least budget that admits any schedule: one microbatch's activations on all its chunks.
+
+    A microbatch's forward on a device's first chunk stays live until its backward there, which needs its
+    forwards on every later chunk: so one microbatch alone holds all its chunks' activations at once.
+    """
+    return [problem.footprint(d) for d in range(problem.num_devices)]
+
+
+
+def _first_forward_time(problem: Problem) -> list[float]:
+    """Per model stage, the earliest start of its first forward: all forwards and links before it."""
+    starts = [0.0]
+    for s in range(1, problem.num_model_stages):
+        starts.append(starts[-1] + problem.forward[s - 1] + problem.link_latency(s - 1))
+    return starts
+
+
+def _round_trip(problem: Problem, stage: int) -> float:
+    """From the start of F(stage, m) to the earliest start of B(stage, m): forwards up, backwards down."""
+    last = problem.num_model_stages - 1
+    up = sum(problem.forward[s] + problem.link_latency(s) for s in range(stage, last))
+    down = sum(problem.backward[s] + problem.link_latency(s - 1) for s in range(stage + 1, last + 1))
+    return up + problem.forward[last] + down
+
+
+def _tail_fill(problem: Problem, stage: int, in_flight: int) -> float:
+    """The most work device ``stage`` can do between the end of its last forward and the start of its last B.
+
+    When F(s, N-1) starts, x microbatches are past their forward but not their B (activation each) and y past
+    their B but not their W (weight_activation each), and the budget must still fit the new forward. Only
+    their B and W (and the x new W) can fill the window: x (B + W) + y W at most, maximised here over x, y.
+    """
+    n = problem.num_microbatches
+    act = problem.activation[stage]
+    wact = problem.weight_activation[stage]
+    b, w = problem.backward[stage], problem.backward_weight[stage]
+    budget = problem.budget
+    room = math.inf if budget is None else budget[problem.device_of(stage)] - act
+    best = 0.0
+    for x in range(min(in_flight - 1, n - 1) + 1):
+        left = room - x * act
+        if left < -_EPS:
+            break
+        y_max = n - 1 - x
+        if wact > 0 and math.isfinite(left):
+            y_max = min(y_max, int(math.floor(left / wact + 1e-9)))
+        best = max(best, x * (b + w) + (y_max * w if problem.split_backward else 0.0))
+    return best
+
+
+def _memory_chain(problem: Problem, stage: int, in_flight: int, window: float) -> float:
+    """A span the budget forces on the device of ``stage`` (one chunk per device): with room for k in flight,
+    F(m + k) cannot start before B(m) ends, and B(m) not before a round trip after F(m) starts.
+
+    (Were B(m) still running or waiting, microbatches m .. m+k-1 would all hold their activation.) If even
+    k weight activations and one activation overflow the budget, F(m + k) also waits for W(m). So F(N-1)
+    starts at least r F + q (trip + B [+ W]) after F(0), with N - 1 = q k + r, and the device still runs its
+    B and W after another trip.
+    """
+    f, b, w = (problem.forward[stage], problem.backward[stage],
+               problem.backward_weight[stage])
+    step = window + b
+    budget = problem.budget
+    held = in_flight * problem.weight_activation[stage] + problem.activation[stage]
+    if problem.split_backward and budget is not None and held > budget[problem.device_of(stage)] * (1 + _EPS):
+        step += w
+    q, r = divmod(problem.num_microbatches - 1, in_flight)
+    return r * f + q * step + window + b + w
+
+
+def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
+    """Per device, (earliest first start, least span) that every schedule within the budget obeys.
+
+    The span is at least the device's work plus the idle time it cannot avoid. With one chunk per device:
+
+    - head window: from the start of F(d, 0) to the start of B(d, 0) lies a round trip up and down the
+      pipeline; only forwards can run in it (backwards go in microbatch order and W follows its B), at most as
+      many as the budget holds, so the rest of it is idle;
+    - tail window: from the end of F(d, N-1) to the start of B(d, N-1) lies the same trip less one forward;
+      only the B and W of microbatches still held in memory can fill it (:func:`_tail_fill`);
+    - memory chain: a tight budget spaces the forwards a round trip apart (:func:`_memory_chain`).
+
+    When the budget cannot hold all N microbatches, B(d, 0) starts before F(d, N-1) and the windows are
+    disjoint, so their idle times add; otherwise the larger counts. Valid for the symmetry-broken model, hence
+    for the problem (the solver's symmetry breaking keeps an optimal schedule: see ``_Model._add_symmetry`` in
+    :mod:`pipeplan.solver`).
+    """
+    head = _first_forward_time(problem)
+    n = problem.num_microbatches
+    bounds = []
+    for d in range(problem.num_devices):
+        stages = problem.stages_on_device(d)
+        start = min(head[s] for s in stages)
+        span = problem.device_work(d)
+        if problem.num_chunks == 1:
+            (s,) = stages
+            in_flight = min(n, problem.max_in_flight(d) or n)
+            window = _round_trip(problem, s)
+            idle_head = max(0.0, window - in_flight * problem.forward[s])
+            idle_tail = max(0.0, window - problem.forward[s] - _tail_fill(problem, s, in_flight))
+            span += idle_head + idle_tail if n > in_flight else max(idle_head, idle_tail)
+            span = max(span, _memory_chain(problem, s, in_flight, window))
+        bounds.append((start, span))
+    return bounds
+
+
+def device_end_lower_bounds(problem: Problem) -> list[float]:
+    """Per device, a time before which it cannot finish, in any schedule within the budget.
+
+    Besides its first start plus its least span: the last B on device d is B(s, N-1) of its lowest stage s (it
+    depends on every other B there). By its end the device has done all its work except the W it still holds;
+    those hold weight_activation each, so the budget limits how many. From there a chain of backwards (and
+    links) runs down to every lower stage s', whose device then still runs W(s', N-1).
+    """
+    n = problem.num_microbatches
+    split = problem.split_backward
+    budget = problem.budget
+    ends = [start + span for start, span in device_lower_bounds(problem)]
+    head = _first_forward_time(problem)
+    for d in range(problem.num_devices):
+        stages = problem.stages_on_device(d)
+        lowest = min(stages)
+        work_fb = n * sum(problem.forward[s] + problem.backward[s] for s in stages)
+        last_b_end = head[lowest] + work_fb
+        if split:
+            held_max = n * len(stages)
+            min_wact = min(problem.weight_activation[s] for s in stages)
+            if budget is not None and min_wact > 0:
+                held_max = min(held_max, int(math.floor(budget[d] / min_wact + 1e-9)))
+            w_max = max(problem.backward_weight[s] for s in stages)
+            last_b_end = max(last_b_end, head[lowest] + problem.device_work(d) - held_max * w_max)
+        chain = last_b_end
+        for target in range(lowest, -1, -1):
+            if target < lowest:
+                chain += problem.link_latency(target) + problem.backward[target]
+            device = problem.device_of(target)
+            ends[device] = max(ends[device], chain + problem.backward_weight[target])
+    return ends
+
+
+def makespan_lower_bound(problem: Problem) -> float:
+    """A makespan no schedule within the budget beats: the latest of the devices' earliest ends."""
+    return max(device_end_lower_bounds(problem))
+
+
+def stage_span_lower_bound(problem: Problem) -> float:
+    """A stage span no schedule within the budget beats: per device, its least span, and its earliest end
+    less its earliest start. The latter holds when a device starts late too: the chains that bound its end
+    start from its own first forward (or a stage feeding it), so they move later with it."""
+    head = _first_forward_time(problem)
+    starts = [head[min(problem.stages_on_device(d))] for d in range(problem.num_devices)]
+    spans = [span for _, span in device_lower_bounds(problem)]
+    ends = device_end_lower_bounds(problem)
+    return max(max(spans), max(end - start for end, start in zip(ends, starts)))

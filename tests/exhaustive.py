@@ -1,0 +1,103 @@
+"""Exhaustive search over every per-device order of tiny problems: the ground truth for optima and bounds."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+from hypothesis import strategies as st
+
+from pipeplan import Op, Problem, Schedule, ScheduleError, Timeline, compute_metrics, simulate
+
+OBJECTIVES = ("makespan", "stage_span")
+
+
+def orders_of(ops: Sequence[Op], before: set[tuple[Op, Op]]) -> Iterator[list[Op]]:
+    """Every order of ``ops`` that keeps each pair (a, b) of ``before`` with a first."""
+    preds = {op: {a for a, b in before if b == op} for op in ops}
+
+    def extend(placed: list[Op], left: list[Op]) -> Iterator[list[Op]]:
+        if not left:
+            yield list(placed)
+        for op in left:
+            if preds[op] <= set(placed):
+                yield from extend([*placed, op], [o for o in left if o != op])
+
+    yield from extend([], list(ops))
+
+
+def feasible_timelines(problem: Problem) -> Iterator[Timeline]:
+    """The replay of every per-device order that runs (no deadlock) and fits the budget.
+
+    Only orders that keep each same-device dependency are tried (any other deadlocks). Peak memory depends only
+    on the order (allocations and releases on a device follow its order) and the replay starts every op as
+    early as its order allows, so these timelines include an optimal schedule for every objective.
+    """
+    per_device = []
+    for d in range(problem.num_devices):
+        ops = [op for op in problem.all_ops() if problem.device_of(op.stage) == d]
+        before = {(dep, op) for op in ops for dep, _ in problem.dependencies(op) if problem.device_of(dep.stage) == d}
+        per_device.append(list(orders_of(ops, before)))
+    for orders in itertools.product(*per_device):
+        try:
+            timeline = simulate(problem, Schedule.from_lists("candidate", orders))
+        except ScheduleError:
+            continue  # deadlocks across devices
+        if compute_metrics(timeline).feasible:
+            yield timeline
+
+
+def value_of(timeline: Timeline, objective: str) -> float:
+    """Makespan or the largest per-device span, from the op times alone."""
+    if objective == "makespan":
+        return max(timeline.end) - min(timeline.start)
+    spans = []
+    for d in range(timeline.problem.num_devices):
+        mine = [i for i, dev in enumerate(timeline.device) if dev == d]
+        spans.append(max(timeline.end[i] for i in mine) - min(timeline.start[i] for i in mine))
+    return max(spans)
+
+
+def brute_force(problem: Problem) -> dict[str, float]:
+    """The least makespan and stage span over every per-device order that replays and fits the budget."""
+    best = {objective: float("inf") for objective in OBJECTIVES}
+    for timeline in feasible_timelines(problem):
+        for objective in OBJECTIVES:
+            best[objective] = min(best[objective], value_of(timeline, objective))
+    return best
+
+
+quarters = st.integers(min_value=1, max_value=12).map(lambda x: x / 4)
+comms = st.integers(min_value=0, max_value=4).map(lambda x: x / 8)
+
+
+@st.composite
+def per_stage_problem(draw: st.DrawFn, p: int, n: int, split: bool, times: st.SearchStrategy[float],
+                      budget: st.SearchStrategy[float | None]) -> Problem:
+    """A problem with unequal per-stage costs drawn from ``times``, random comm (one or per stage), activations
+    of 1 to 3, weight shares in quarters (split only) and a budget of ``budget`` activations of the largest
+    stage above one activation (None: unlimited)."""
+    per_stage = st.lists(times, min_size=p, max_size=p)
+    activation = draw(st.lists(st.integers(min_value=1, max_value=3), min_size=p, max_size=p))
+    fractions = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=p, max_size=p))
+    most = max(activation)
+    extra = draw(budget)
+    return Problem.build(
+        num_stages=p,
+        num_microbatches=n,
+        forward=draw(per_stage),
+        backward=draw(per_stage),
+        backward_weight=draw(per_stage) if split else 0.0,
+        comm=draw(st.one_of(comms, st.lists(comms, min_size=p, max_size=p))),
+        activation=[float(a) for a in activation],
+        weight_activation=[a * q / 4 for a, q in zip(activation, fractions)] if split else 0.0,
+        budget=None if extra is None else most * (1 + extra),
+    )
+
+
+@st.composite
+def tiny_problems(draw: st.DrawFn) -> Problem:
+    """Problems small enough for :func:`brute_force` (2 x 2 split, 3 x 2 unsplit or one device), budget or none."""
+    p, n, split = draw(st.sampled_from([(2, 2, True), (3, 2, False), (1, 3, True), (1, 4, False)]))
+    budget = st.one_of(st.none(), st.integers(min_value=0, max_value=8).map(lambda x: x / 8))
+    return draw(per_stage_problem(p, n, split, quarters, budget))

@@ -1,0 +1,136 @@
+"""Lower bounds are theorems: each holds for every schedule within the budget.
+
+On tiny problems every feasible per-device order is enumerated (tests/exhaustive.py) and each bound is checked
+against each of them, not only against the optimum; on larger random problems with uneven costs, against every
+named schedule and greedy list schedule that fits the budget. The proof arithmetic is checked on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from exhaustive import feasible_timelines, tiny_problems, value_of
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import uneven_stage_values
+
+from pipeplan import Problem, Timeline, compute_metrics, simulate
+from pipeplan.bounds import (
+    FEASIBLE,
+    OPTIMAL,
+    device_end_lower_bounds,
+    device_lower_bounds,
+    makespan_lower_bound,
+    minimum_budget,
+    prove,
+    stage_span_lower_bound,
+)
+from pipeplan.schedules import generate_applicable
+from pipeplan.schedules.greedy import greedy_schedules
+
+EPS = 1e-9
+
+
+def device_facts(timeline: Timeline) -> list[tuple[float, float, float]]:
+    """Per device: (first start, span, last end) from the op times alone."""
+    facts = []
+    for d in range(timeline.problem.num_devices):
+        mine = [i for i, dev in enumerate(timeline.device) if dev == d]
+        first = min(timeline.start[i] for i in mine)
+        last = max(timeline.end[i] for i in mine)
+        facts.append((first, last - first, last))
+    return facts
+
+
+def check_bounds_hold(problem: Problem, timeline: Timeline) -> None:
+    """Every bound of the problem holds for this feasible timeline."""
+    per_device = device_lower_bounds(problem)
+    ends = device_end_lower_bounds(problem)
+    for d, (first, span, last) in enumerate(device_facts(timeline)):
+        start_bound, span_bound = per_device[d]
+        assert first >= start_bound - EPS, f"device {d} starts at {first}, bound {start_bound}"
+        assert span >= span_bound - EPS, f"device {d} span {span}, bound {span_bound}"
+        assert last >= ends[d] - EPS, f"device {d} ends at {last}, bound {ends[d]}"
+    assert value_of(timeline, "makespan") >= makespan_lower_bound(problem) - EPS
+    assert value_of(timeline, "stage_span") >= stage_span_lower_bound(problem) - EPS
+    peaks = compute_metrics(timeline).peak_memory_per_device
+    assert all(peak >= need - EPS for peak, need in zip(peaks, minimum_budget(problem)))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_problems())
+def test_every_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem) -> None:
+    timelines = list(feasible_timelines(problem))
+    assert timelines, "a budget of at least one microbatch always admits a schedule"
+    for timeline in timelines:
+        check_bounds_hold(problem, timeline)
+
+
+@pytest.mark.parametrize("fields", [
+    # one activation of room: only one microbatch in flight, so the memory chain is the whole story
+    dict(num_stages=2, num_microbatches=2, forward=[1.0, 1.5], backward=[1.25, 2.0], backward_weight=[0.75, 0.5],
+         comm=0.25, weight_activation=0.5, budget=1),
+    # unsplit, three stages, room for two
+    dict(num_stages=3, num_microbatches=2, forward=[0.5, 0.5, 3.0], backward=[2.5, 0.5, 2.0], comm=0.25, budget=2),
+    # two chunks per device in V placement
+    dict(num_stages=2, num_microbatches=1, num_chunks=2, placement="v", forward=[1.0, 2.0], backward=[1.5, 1.0],
+         backward_weight=[0.5, 1.0], weight_activation=0.25, budget=2),
+])
+def test_bounds_meet_or_stay_below_the_exhaustive_optimum(fields: dict[str, Any]) -> None:
+    """Known cases, including chunks: the bound is at most the optimum, and every order obeys it."""
+    problem = Problem.build(**fields)
+    timelines = list(feasible_timelines(problem))
+    for timeline in timelines:
+        check_bounds_hold(problem, timeline)
+    best = min(value_of(t, "makespan") for t in timelines)
+    assert makespan_lower_bound(problem) <= best + EPS
+
+
+def test_one_activation_of_room_makes_the_memory_chain_tight() -> None:
+    """P=2, N=3, F=B=1, room for one microbatch: each forward on device 0 waits for the previous round trip
+    (F0 F1 B1 B0 = 4 units), so device 0 spans 3 trips = 12, and the bound says exactly that."""
+    problem = Problem.build(num_stages=2, num_microbatches=3, forward=1.0, backward=1.0, budget=1)
+    assert makespan_lower_bound(problem) == pytest.approx(12.0)
+    timelines = list(feasible_timelines(problem))
+    assert min(value_of(t, "makespan") for t in timelines) == pytest.approx(12.0)
+
+
+@st.composite
+def random_problems(draw: st.DrawFn) -> Problem:
+    """Uneven costs and memory, 1 to 5 devices, 1 to 12 microbatches, one or two chunks (loop or V)."""
+    p = draw(st.integers(min_value=1, max_value=5))
+    chunks, placement = draw(st.sampled_from([(1, "loop"), (2, "loop"), (2, "v")]))
+    values = draw(uneven_stage_values(p * chunks, p))
+    if draw(st.booleans()):
+        values["backward_weight"] = 0.0
+        values["weight_activation"] = 0.0
+    budget = values.pop("budget")
+    problem = Problem.build(num_stages=p, num_microbatches=draw(st.integers(min_value=1, max_value=12)),
+                            num_chunks=chunks, placement=placement, **values)
+    if budget is not None:
+        problem = problem.with_budget(max(budget, max(minimum_budget(problem))))
+    return problem
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_problems())
+def test_bounds_never_exceed_any_generator_that_fits(problem: Problem) -> None:
+    built, _ = generate_applicable(problem)
+    for schedule in [*built, *greedy_schedules(problem)]:
+        timeline = simulate(problem, schedule)
+        if compute_metrics(timeline).feasible:
+            check_bounds_hold(problem, timeline)
+
+
+@pytest.mark.parametrize("value, bound, expected", [
+    (100.0, 90.0, (90.0, 0.1, FEASIBLE)),
+    (100.0, 100.0, (100.0, 0.0, OPTIMAL)),
+    (87.21000000000001, 87.21, (87.21000000000001, 0.0, OPTIMAL)),  # float noise of a proven optimum
+    (100.0, 100.0 + 1e-12, (100.0, 0.0, OPTIMAL)),  # a bound a hair above the value is clipped to it
+    (100.0, 99.999999, (99.999999, pytest.approx(1e-8), FEASIBLE)),  # a real gap, however small
+    (0.0, 0.0, (0.0, 0.0, OPTIMAL)),
+])
+def test_prove_decides_bound_gap_and_status(value: float, bound: float, expected: tuple[Any, ...]) -> None:
+    proof = prove(value, bound)
+    assert (proof.lower_bound, proof.gap, proof.status) == expected
