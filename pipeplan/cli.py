@@ -413,8 +413,7 @@ class _SizeProgress:
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
 @click.option("--quiet", is_flag=True, help="No progress display.")
 @_debug_option
-def size(study: str, out: Path | None, top: int, time_limit: float | None, force: bool, quiet: bool,
-         debug: bool) -> None:
+def size(study: str, out: Path | None, top: int, time_limit: float | None, force: bool, quiet: bool) -> None:
     """Find the parallel sizes, microbatch size, chunks and schedule with the most tokens/s within memory.
 
     STUDY names a model and a GPU (presets, see 'pipeplan presets'), GPU counts, batch, sequence length and
@@ -450,7 +449,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
 @cli.command("presets", short_help="List the model and hardware presets of 'pipeplan size'.")
 @click.argument("study", type=click.Path(dir_okay=False, path_type=str), required=False)
 @_debug_option
-def presets_cmd(study: str | None, debug: bool) -> None:
+def presets_cmd(study: str | None) -> None:
     """List the model and hardware presets a study file may name, with their main numbers.
 
     With STUDY, print instead every field of the model and hardware that study resolves to (presets with their

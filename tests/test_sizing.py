@@ -164,8 +164,8 @@ def test_budget_is_capacity_minus_reserve_static_and_workspace() -> None:
     assert sized.static_bytes[0] == params * 18
     expected = 40 * GIB - 3 * GIB - sized.static_bytes[0] - sized.workspace_bytes[0]
     assert sized.budget_bytes[0] == expected
-    assert sized.problem.budget_per_device is not None
-    assert sized.problem.budget_per_device[0] == math.floor(expected)
+    assert sized.problem.budget is not None
+    assert sized.problem.budget[0] == math.floor(expected)
 
 
 # --------------------------------------------------------------------------- the problem and schedules
@@ -178,8 +178,8 @@ def tight_hardware(model: Any, setup: Setup, in_flight: float) -> dict[str, Any]
     for placement in ("loop", "v") if setup.num_chunks == 2 else ("loop",):
         sized = build_problem(model, load_hardware("a100-80gb"), setup, split_backward=True, placement=placement)
         problem = sized.problem
-        for d in range(problem.num_stages):
-            held = sum(problem.activation_per_stage[s] for s in problem.stages_on_device(d))
+        for d in range(problem.num_devices):
+            held = sum(problem.activation[s] for s in problem.stages_on_device(d))
             need = max(need, sized.static_bytes[d] + sized.workspace_bytes[d] + 3 * GIB + in_flight * held)
     return {"preset": "a100-80gb", "memory_gib": need / GIB}
 
@@ -195,7 +195,7 @@ def test_every_named_schedule_and_the_optimizer_respect_the_real_budget(chunks: 
         if placement == "v" and chunks != 2:
             continue
         problem = build_problem(model, hardware, setup, split_backward=split, placement=placement).problem
-        assert problem.budget_per_device is not None
+        assert problem.budget is not None
         for name in schedule_names():
             try:
                 schedule = generate(name, problem)
@@ -210,7 +210,7 @@ def test_every_named_schedule_and_the_optimizer_respect_the_real_budget(chunks: 
     problem = result["problem"]
     assert_valid(problem, result["timeline"], compute_metrics(result["timeline"]))
     assert result["fits"] and result["status"] in ("OPTIMAL", "FEASIBLE")
-    budget = problem.budget_per_device
+    budget = problem.budget
     assert max(compute_metrics(result["timeline"]).peak_memory_per_device) <= max(budget)
 
 
@@ -288,8 +288,8 @@ def test_random_shapes_build_valid_problems(layers: int, heads: int, kv_divisor:
     problem = sized.problem
     assert sum(sized.layers_per_stage) == layers
     for s in range(problem.num_model_stages):
-        assert problem.forward_per_stage[s] > 0 and problem.backward_weight_per_stage[s] > 0
-        assert problem.weight_activation_per_stage[s] <= problem.activation_per_stage[s]
+        assert problem.forward[s] > 0 and problem.backward_weight[s] > 0
+        assert problem.weight_activation[s] <= problem.activation[s]
     selective = memory.layer_memory(model, Setup(tp, pp, 1, 1, 2 * pp, 64, recompute="selective",
                                                  sequence_parallel=sequence_parallel, flash_attention=flash))
     full = memory.layer_memory(model, Setup(tp, pp, 1, 1, 2 * pp, 64, recompute="full",

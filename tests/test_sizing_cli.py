@@ -60,7 +60,7 @@ def test_size_prints_the_top_table_and_the_gain_and_writes_the_folder(capsys: py
         assert f'id="{div}"' in page
     assert "<script src=" not in page  # plotly.js is embedded: the page works offline
     config = load_config(out / "best.yaml")
-    assert config.units.time == "s" and config.problem.budget_per_device is not None
+    assert config.units.time == "s" and config.problem.budget is not None
     code, stdout, stderr = run(capsys, "solve", str(out / "best.yaml"), "--time-limit", "1", "--quiet")
     assert code == 0, stderr
 
