@@ -33,7 +33,8 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans",
 h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: 0.6em 0; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #ccc; padding: 4px 8px; white-space: nowrap; } th { background: #f3f3f3; }
-td.num { text-align: right; } tr.best td { background: #e3f4e6; font-weight: bold; }
+td.num { text-align: right; } table.study td { white-space: normal; }
+tr.best td { background: #e3f4e6; font-weight: bold; }
 .note { color: #555; font-size: 0.92em; } footer { margin-top: 3em; color: #777; font-size: 0.85em; }
 """
 
@@ -127,8 +128,12 @@ def throughput_figure(frame: pd.DataFrame) -> go.Figure:
             hovertemplate=f"{name}<br>%{{x}}<br>%{{y:,.0f}} tokens/s<br>MFU %{{customdata[0]:.1%}}<br>"
                           "memory %{customdata[1]:.1f} GiB<br>fits %{customdata[2]}<extra></extra>",
         ))
+    # Beyond this many configurations the axis labels overlap; hovering names each point.
+    readable = len(order) <= 40
     fig.update_layout(title="Tokens/s of every configuration by schedule (hollow: does not fit memory)",
-                      xaxis={"title": None, "categoryorder": "array", "categoryarray": order, "tickangle": -45},
+                      xaxis={"title": None if readable else f"{len(order)} configurations, fastest first (hover "
+                             "for each)", "categoryorder": "array", "categoryarray": order, "tickangle": -45,
+                             "showticklabels": readable},
                       yaxis={"title": "tokens/s (higher is better)", "rangemode": "tozero"}, height=560)
     return fig
 
@@ -155,12 +160,13 @@ def memory_breakdown_figure(frame: pd.DataFrame, top: int) -> go.Figure:
 
 
 def _top_html(frame: pd.DataFrame, top: int, rows: pd.DataFrame | None = None) -> str:
+    """The top rows as an HTML table, the best marked; or ``rows`` as given, unmarked."""
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in TOP_COLUMNS)
     body = []
     shown = top_rows(frame, top) if rows is None else rows
     for i, (_, row) in enumerate(shown.iterrows()):
         cells = "".join(f'<td class="num">{html.escape(_cell(row[c], f))}</td>' for c, _, f in TOP_COLUMNS)
-        body.append(f'<tr class="{"best" if i == 0 else ""}">{cells}</tr>')
+        body.append(f'<tr class="{"best" if i == 0 and rows is None else ""}">{cells}</tr>')
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
@@ -175,6 +181,7 @@ def build_report(name: str, frame: pd.DataFrame, top: int, best_timeline: Timeli
     timeline_fig = gantt(best_timeline, title=f"best plan: {best_timeline.schedule.name}", time_unit="s")
     memory_fig = memory_figure(best_timeline, title="best plan: live activation memory per device (budget dashed)",
                                time_unit="s", memory_unit="bytes")
+    memory_fig.update_yaxes(tickformat="~s")  # 40G rather than plotly's default 40B (billions) of bytes
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>pipeplan size: {html.escape(name)}</title>", f"<style>{_STYLE}</style>",
@@ -184,7 +191,7 @@ def build_report(name: str, frame: pd.DataFrame, top: int, best_timeline: Timeli
     if gain:
         parts.append(f"<p>{html.escape(gain)}</p>")
     parts += [
-        "<h2>The study</h2>", f"<table>{setting_rows}</table>",
+        "<h2>The study</h2>", f'<table class="study">{setting_rows}</table>',
         f"<h2>Top {top} configurations that fit</h2>", _top_html(frame, top),
         "<h2>The best configuration at each GPU count</h2>", _top_html(frame, top, best_per_gpu_count(frame)),
         '<p class="note">tokens/s = global batch x sequence length / step time; step time = the replayed '
