@@ -17,8 +17,8 @@ from pipeplan.schedules import generate, get
 from pipeplan.simulate import Timeline, simulate
 from pipeplan.sizing import costs
 from pipeplan.sizing.build import SPLIT_SCHEDULES, SizedProblem, build_problem, default_placement
-from pipeplan.sizing.hardware import GIB, load_hardware
-from pipeplan.sizing.models import load_model
+from pipeplan.sizing.hardware import GIB, Hardware, load_hardware
+from pipeplan.sizing.models import Model, load_model
 from pipeplan.sizing.setup import Setup, constraint_violation
 from pipeplan.solver import InfeasibleBudget, solve
 
@@ -37,8 +37,8 @@ def check_schedule(name: str) -> None:
             raise ConfigError(f"{exc}, {OPTIMAL}") from None
 
 
-def _replay(sized: SizedProblem, schedule: str, time_limit_s: float, num_workers: int | None,
-            random_seed: int) -> tuple[Timeline, Metrics, str, float | None]:
+def replay_schedule(sized: SizedProblem, schedule: str, time_limit_s: float, num_workers: int | None,
+                    random_seed: int) -> tuple[Timeline, Metrics, str, float | None]:
     """(timeline, metrics, solver status, gap) of the named schedule or the optimizer on the problem."""
     problem = sized.problem
     if schedule != OPTIMAL:
@@ -114,12 +114,12 @@ def estimate(
         placement=placement or default_placement(schedule, num_chunks),
         layers_per_stage=layers_per_stage, balanced=balanced,
     )
-    timeline, metrics, status, gap = _replay(sized, schedule, time_limit_s, num_workers, random_seed)
+    timeline, metrics, status, gap = replay_schedule(sized, schedule, time_limit_s, num_workers, random_seed)
     return summarize(sized, setup, model_rec, hardware_rec, schedule, timeline, metrics, status, gap)
 
 
-def summarize(sized: SizedProblem, setup: Setup, model: Any, hardware: Any, schedule: str, timeline: Timeline,
-              metrics: Metrics, status: str, gap: float | None) -> dict[str, Any]:
+def summarize(sized: SizedProblem, setup: Setup, model: Model, hardware: Hardware, schedule: str,
+              timeline: Timeline, metrics: Metrics, status: str, gap: float | None) -> dict[str, Any]:
     """The result record of one configuration and schedule (see :func:`estimate`)."""
     devices = range(setup.pipeline_parallel)
     exposed = [

@@ -20,7 +20,7 @@ import pandas as pd
 from pipeplan.problem import ConfigError
 from pipeplan.schedule import NotApplicable
 from pipeplan.sizing.build import SPLIT_SCHEDULES, V_SCHEDULES, SizedProblem, build_problem, default_placement
-from pipeplan.sizing.estimate import OPTIMAL, _replay, check_schedule, summarize
+from pipeplan.sizing.estimate import OPTIMAL, check_schedule, replay_schedule, summarize
 from pipeplan.sizing.hardware import Hardware, load_hardware
 from pipeplan.sizing.models import Model, load_model
 from pipeplan.sizing.setup import RECOMPUTE_MODES, Setup, constraint_violation
@@ -215,7 +215,7 @@ def _run_named(model: Model, hardware: Hardware, setup: Setup, names: Iterable[s
                 problems[key] = build_problem(model, hardware, setup, split_backward=key[0], placement=key[1],
                                               balanced=balanced)
             sized = problems[key]
-            timeline, metrics, status, gap = _replay(sized, name, 0.0, None, 0)
+            timeline, metrics, status, gap = replay_schedule(sized, name, 0.0, None, 0)
         except (NotApplicable, ConfigError) as exc:
             rows.append({**_setup_columns(setup), "schedule": name, "skipped": str(exc)})
             continue
@@ -228,7 +228,7 @@ def _run_optimal(model: Model, hardware: Hardware, setup: Setup, balanced: bool,
     try:
         sized = build_problem(model, hardware, setup, split_backward=True, balanced=balanced,
                               placement=default_placement(OPTIMAL, setup.num_chunks))
-        timeline, metrics, status, gap = _replay(sized, OPTIMAL, time_limit_s, num_workers, random_seed)
+        timeline, metrics, status, gap = replay_schedule(sized, OPTIMAL, time_limit_s, num_workers, random_seed)
     except ConfigError as exc:
         return {**_setup_columns(setup), "schedule": OPTIMAL, "skipped": str(exc)}
     return _row(summarize(sized, setup, model, hardware, OPTIMAL, timeline, metrics, status, gap))
