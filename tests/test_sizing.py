@@ -214,6 +214,22 @@ def test_every_named_schedule_and_the_optimizer_respect_the_real_budget(chunks: 
     assert max(compute_metrics(result["timeline"]).peak_memory_per_device) <= max(budget)
 
 
+def test_a_named_schedule_runs_as_frameworks_run_it_and_does_not_fit_a_tight_budget() -> None:
+    setup = Setup(2, 4, 1, 1, 8, 128)
+    hardware = tight_hardware(load_model(TINY), setup, 2.5)
+    kwargs: dict[str, Any] = {"model": TINY, "hardware": hardware, "tensor_parallel": 2, "pipeline_parallel": 4,
+                              "global_batch_size": 8, "seq_len": 128}
+    one_f_one_b = estimate(**kwargs, schedule="1f1b")
+    assert not one_f_one_b["fits"] and "1f1b keeps" in one_f_one_b["note"]
+    # Its warm-up did not shrink: device 0 holds P = 4 microbatches, as Megatron-LM's 1F1B does.
+    problem = one_f_one_b["problem"]
+    assert one_f_one_b["timeline"].problem.budget == problem.budget
+    peak = compute_metrics(one_f_one_b["timeline"]).peak_memory_per_device[0]
+    assert peak == 4 * problem.activation[0]
+    optimal = estimate(**kwargs, schedule="optimal", time_limit_s=1.0, num_workers=1)
+    assert optimal["fits"]
+
+
 def test_estimate_adds_up() -> None:
     result = estimate(model=TINY, hardware="h100-80gb", tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
                       microbatch_size=1, global_batch_size=16, seq_len=256, schedule="1f1b")

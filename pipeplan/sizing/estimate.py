@@ -39,10 +39,15 @@ def check_schedule(name: str) -> None:
 
 def replay_schedule(sized: SizedProblem, schedule: str, time_limit_s: float, num_workers: int | None,
                     random_seed: int) -> tuple[Timeline, Metrics, str, float | None]:
-    """(timeline, metrics, solver status, gap) of the named schedule or the optimizer on the problem."""
+    """(timeline, metrics, solver status, gap) of the named schedule or the optimizer on the problem.
+
+    A named schedule is generated as a framework runs it, without the budget (Megatron-LM's 1F1B warms up
+    P - r - 1 microbatches whatever the memory), then replayed under the budget: it fits when its peaks do.
+    The optimizer searches within the budget.
+    """
     problem = sized.problem
     if schedule != OPTIMAL:
-        timeline = simulate(problem, generate(schedule, problem))
+        timeline = simulate(problem, generate(schedule, problem.with_budget(None)))
         return timeline, compute_metrics(timeline), "", None
     if not sized.fits_one_microbatch:
         timeline = simulate(problem, generate("gpipe", problem))
@@ -84,9 +89,10 @@ def estimate(
 
     ``model`` and ``hardware`` are preset names, mappings or YAML files (see :func:`load_model`,
     :func:`load_hardware`). ``schedule`` is a registered schedule name or "optimal" (CP-SAT within
-    ``time_limit_s`` seconds). The zero-bubble schedules and the optimizer run a split backward (B, W); the
-    others the fused one. ``placement`` defaults to "v" for zb-v (and for "optimal" with 2 chunks), else
-    "loop".
+    ``time_limit_s`` seconds). A named schedule runs as frameworks run it (its warm-up does not shrink to fit
+    the memory; if its peak is over the budget, ``fits`` is false); the optimizer searches within the budget.
+    The zero-bubble schedules and the optimizer run a split backward (B, W); the others the fused one.
+    ``placement`` defaults to "v" for zb-v (and for "optimal" with 2 chunks), else "loop".
 
     Returns a dict with ``step_time_s``, ``tokens_per_s``, ``tflops_per_gpu`` (model FLOPs as Megatron-LM counts
     them, no recompute), ``mfu``, ``bubble`` (of the pipeline), ``memory_gib`` (peak per GPU: static state,
