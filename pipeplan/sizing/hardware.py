@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 
 from pipeplan.problem import ConfigError
-from pipeplan.sizing.presets import check_fields, positive_number, presets, resolve
+from pipeplan.sizing.records import check_fields, positive_number, presets, resolve
 
 GIB = 2**30
 

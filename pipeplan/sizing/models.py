@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pipeplan.problem import ConfigError
-from pipeplan.sizing.presets import check_fields, positive_number, presets, resolve
+from pipeplan.sizing.records import check_fields, positive_number, presets, resolve
 
 # The keys of a model record, in the order of the preset files; they are a contract.
 MODEL_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads",

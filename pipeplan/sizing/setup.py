@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pipeplan.problem import ConfigError
 from pipeplan.sizing.hardware import Hardware
 from pipeplan.sizing.models import Model
-from pipeplan.sizing.presets import positive_number
+from pipeplan.sizing.records import positive_number
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
