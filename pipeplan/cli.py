@@ -71,6 +71,7 @@ def cli() -> None:
       pipeplan simulate models/seed-8x64.yaml --schedule 1f1b
       pipeplan solve models/seed-8x64.yaml --out results/seed
       pipeplan report results/seed --force
+      pipeplan export results/seed --out seed.csv
       pipeplan frontier models/split-8x32.yaml --budgets 8:16:2
       pipeplan size models/size-llama3.1-70b.yaml --out results/size-llama3.1-70b
 
@@ -80,20 +81,34 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--schedule", "schedule_name", required=True, metavar="NAME",
+@click.option("--schedule", "schedule_name", default=None, metavar="NAME",
               help=f"Schedule to simulate: one of {', '.join(names())}.")
+@click.option("--from-torch-csv", "torch_csv", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="Instead of a named schedule, replay the per-rank order of a PyTorch "
+              "compute-only schedule CSV (torchtitan's --parallelism.pipeline_parallel_schedule_csv file).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output as a readable table or one JSON object.")
 @_debug_option
-def simulate_cmd(config: str, schedule_name: str, fmt: str) -> None:
-    """Replay one named schedule on CONFIG and print its metrics.
+def simulate_cmd(config: str, schedule_name: str | None, torch_csv: Path | None, fmt: str) -> None:
+    """Replay one named schedule, or a PyTorch schedule CSV, on CONFIG and print its metrics.
 
     \b
-    Example:
+    Examples:
       pipeplan simulate models/seed-8x64.yaml --schedule 1f1b
+      pipeplan simulate models/v-4x8.yaml --from-torch-csv zbv.csv
     """
+    if (schedule_name is None) == (torch_csv is None):
+        raise click.UsageError("Missing option '--schedule' NAME, or give '--from-torch-csv' FILE instead (one "
+                               "of the two)")
     cfg = load_config(config)
-    schedule = generate(schedule_name, cfg.problem)
+    if torch_csv is not None:
+        from pipeplan.torch_csv import read_torch_csv
+
+        schedule = read_torch_csv(cfg.problem, torch_csv)
+        schedule_name = schedule.name
+    else:
+        assert schedule_name is not None
+        schedule = generate(schedule_name, cfg.problem)
     metrics = compute_metrics(simulate(cfg.problem, schedule)).to_dict()
     if fmt == "json":
         click.echo(json.dumps(metrics, indent=2))
@@ -298,6 +313,42 @@ def report(folder: Path, out: Path | None, force: bool) -> None:
                           "solve again with --out") from exc
     write_file(target, page, force=True)
     click.echo(f"wrote {target}")
+
+
+@cli.command("export", short_help="Write a schedule of a result folder as PyTorch's schedule CSV.")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path), metavar="DIR")
+@click.option("--schedule", "schedule_name", default=None, metavar="NAME",
+              help="Which schedule of DIR to export (default: the chosen one).")
+@click.option("--format", "fmt", type=click.Choice(["torch-csv"]), default="torch-csv", show_default=True,
+              help="File format: PyTorch's compute-only schedule CSV.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="Where to write it (default: DIR/NAME.torch.csv).")
+@click.option("--force", is_flag=True, help="Replace FILE if it exists.")
+@_debug_option
+def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, force: bool) -> None:
+    """Write a schedule of DIR (from 'pipeplan solve --out DIR') as a PyTorch compute-only schedule CSV.
+
+    One row per rank, one action per cell ({stage}{F|I|B|W}{microbatch}); torch.distributed.pipelining's
+    _PipelineScheduleRuntime loads it with _load_csv, and torchtitan with
+    --parallelism.pipeline_parallel_schedule_csv FILE. Build the stages in the config's placement (loop or V).
+
+    \b
+    Example:
+      pipeplan export results/seed --out seed.csv
+    """
+    from pipeplan.report.files import read_results
+    from pipeplan.torch_csv import to_torch_csv
+
+    results = read_results(folder)
+    name = schedule_name if schedule_name is not None else str(results.summary.get("chosen", ""))
+    if name not in results.timelines:
+        raise ConfigError(f"{str(folder)!r} has no schedule {name!r}; it has {', '.join(results.timelines)} "
+                          "(pick one with --schedule)")
+    target = out if out is not None else folder / f"{name}.torch.csv"
+    problem = results.config.problem
+    write_file(target, to_torch_csv(problem, results.timelines[name].schedule), force=force)
+    click.echo(f"wrote {target}: schedule {name}, {problem.num_devices} ranks, {problem.num_model_stages} stages, "
+               f"{problem.num_microbatches} microbatches, {problem.placement} placement")
 
 
 def parse_budgets(text: str) -> list[float]:

@@ -87,6 +87,7 @@ _PROBLEM_KEYS: dict[str, dict[str, str]] = {
         "backward": "backward",
         "backward_weight": "backward_weight",
         "comm": "comm",
+        "profile": "profile",
     },
     "memory": {
         "activation": "activation",
@@ -192,10 +193,13 @@ def _section(data: dict[str, Any], name: str, keys: tuple[str, ...] | list[str])
     return value
 
 
-def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget: bool = False) -> Config:
+def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget: bool = False,
+                     base: Path | None = None) -> Config:
     """Validate a parsed config (the YAML's top-level mapping) and build a :class:`Config`.
 
     ``ignore_budget`` drops ``memory.budget`` (after checking the section's keys), for a sweep that sets its own.
+    ``base`` is the folder a relative ``costs.profile`` path is read from (the config file's; default: the
+    working directory).
     """
     if not isinstance(data, dict):
         raise ConfigError(
@@ -210,6 +214,12 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
             kwargs[keys[key]] = value
     if ignore_budget:
         kwargs.pop("budget", None)
+    if "profile" in kwargs:
+        from pipeplan.stage_profile import profile_costs
+
+        profile = kwargs.pop("profile")
+        layout = (kwargs.get("num_stages"), kwargs.get("num_chunks", 1))
+        kwargs.update(profile_costs(profile, base, given=tuple(kwargs), layout=layout))
     for key in _REQUIRED:
         if key not in kwargs:
             raise ConfigError(f"pipeline.{key} is missing; add it under 'pipeline:' (a whole number >= 1)")
@@ -277,4 +287,4 @@ def load_config(path: str | os.PathLike[str], ignore_budget: bool = False) -> Co
     data = load_yaml(text)
     if data is None:
         raise ConfigError("the config file is empty; start from models/seed-8x64.yaml")
-    return config_from_dict(data, default_name=file.stem, ignore_budget=ignore_budget)
+    return config_from_dict(data, default_name=file.stem, ignore_budget=ignore_budget, base=file.parent)

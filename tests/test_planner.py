@@ -136,11 +136,13 @@ def test_with_layout_keeps_each_devices_share() -> None:
 
 
 def test_compare_points_at_a_better_layout() -> None:
-    """On one chunk per device the optimizer cannot use V placement; the comparison says ZB-V would be faster."""
+    """On one chunk per device the optimizer cannot use chunks; the comparison says ZB-V (and interleaved zero
+    bubble, which ties with it here) would be faster."""
     problem = Problem.build(num_stages=4, num_microbatches=8, forward=1.0, backward=1.0, backward_weight=1.0, budget=4)
     comparison = compare(problem, SolverSettings(time_limit_s=5, num_workers=1))
     chosen = min(r["makespan"] for r in comparison.rows() if r["feasible"])
     others = comparison.summary("t")["other_layouts"]
-    assert others and others[0]["schedule"] == "zb-v" and others[0]["placement"] == "v"
+    best = [(r["schedule"], r["placement"]) for r in others if r["makespan"] == others[0]["makespan"]]
+    assert ("zb-v", "v") in best and ("interleaved-zb", "loop") in best
     assert others[0]["makespan"] < chosen and others[0]["peak_memory"] <= 4
     assert [r["makespan"] for r in others] == sorted(r["makespan"] for r in others)

@@ -67,3 +67,5 @@ from pipeplan.schedules import gpipe, one_f_one_b  # noqa: E402, F401, I001 (reg
 from pipeplan.schedules import zero_bubble  # noqa: E402, F401
 from pipeplan.schedules import interleaved  # noqa: E402, F401
 from pipeplan.schedules import vshape  # noqa: E402, F401
+from pipeplan.schedules import interleaved_zb  # noqa: E402, F401
+from pipeplan.schedules import dualpipe_v  # noqa: E402, F401

@@ -1,0 +1,181 @@
+"""PyTorch's compute-only schedule CSV: export a schedule to it, import one from it.
+
+``torch.distributed.pipelining`` runs any per-rank order of compute actions from a CSV file
+(``_PipelineScheduleRuntime._load_csv(path, format="compute_only")``; torchtitan reads the same file with
+``--parallelism.pipeline_parallel_schedule_csv``). The format: no header, one row per rank, one action per cell,
+an empty cell is idle. An action is ``{stage}{type}{microbatch}``: ``F`` forward, ``I`` input-gradient backward,
+``W`` weight-gradient backward, ``B`` full backward (input and weight gradient in one pass), e.g. ``0F1``,
+``3I2``. Torch's own dumps may also hold an overlapped pair ``(0F3;3B1)OVERLAP_F_B``, which it runs as its parts
+in order. Torch reads the placement of stages on ranks from the file and inserts sends, receives and gradient
+reduction itself.
+
+Only orders are translated here: times come from the simulator. Neither direction needs torch installed.
+
+- Export writes pipeplan's B as ``I`` when the problem's backward is split and as ``B`` when it is not; W as ``W``.
+- Import reads ``I`` as B, ``W`` as W and, in a split problem, a full ``B`` as B directly followed by its W (what
+  torch runs); in an unsplit problem ``B`` is B and ``I``/``W`` are errors. Parsing is strict: torch's own
+  parser ignores trailing junk (``2BW0`` reads as ``2B`` without a microbatch), this one names the cell instead.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeplan.problem import ConfigError, Op, OpKind, Problem
+from pipeplan.schedule import Schedule, ScheduleError
+from pipeplan.simulate import simulate
+
+# One compute action, the whole cell: stage, type, microbatch.
+_ACTION = re.compile(r"(\d+)([FIBW])(\d+)")
+# An overlapped pair as torch dumps it: "(0F3;3B1)OVERLAP_F_B".
+_OVERLAP = re.compile(r"\((.*)\)OVERLAP_F_B")
+# Torch's non-compute action types: a compute-only file must not hold them.
+_COMMUNICATION = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD")
+
+FORMAT_HINT = "an action is {stage}{F|I|B|W}{microbatch}, e.g. 0F1 or 3I2"
+
+
+def action_text(problem: Problem, op: Op) -> str:
+    """The torch action of ``op``: ``{stage}{F|I|B|W}{microbatch}`` (B is ``I`` when the backward is split)."""
+    kind = op.kind.value
+    if op.kind is OpKind.B and problem.split_backward:
+        kind = "I"
+    return f"{op.stage}{kind}{op.microbatch}"
+
+
+def to_torch_csv(problem: Problem, schedule: Schedule) -> str:
+    """The compute-only CSV of ``schedule``: one row per rank, its actions in run order, no header."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for order in schedule.orders:
+        writer.writerow([action_text(problem, op) for op in order])
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class _Action:
+    """One parsed action and the cell it came from (row and column 1-based, as a spreadsheet shows them)."""
+
+    row: int
+    column: int
+    cell: str
+    stage: int
+    kind: str
+    microbatch: int
+
+
+class _Reader:
+    """Reads one file: parses every cell, then checks the actions against the problem, first offender first."""
+
+    def __init__(self, problem: Problem, source: str) -> None:
+        self.problem = problem
+        self.source = source
+
+    def fail(self, row: int, column: int, cell: str, why: str) -> ConfigError:
+        return ConfigError(f"{self.source}: row {row} (rank {row - 1}), column {column}: {cell!r} {why}")
+
+    def parse_cell(self, row: int, column: int, cell: str) -> list[_Action]:
+        text = cell.strip()
+        if not text:
+            return []
+        overlap = _OVERLAP.fullmatch(text)
+        parts = [part.strip() for part in overlap.group(1).split(";")] if overlap else [text]
+        actions = []
+        for part in parts:
+            match = _ACTION.fullmatch(part)
+            if match is None:
+                if part.lstrip("0123456789").startswith(_COMMUNICATION):
+                    raise self.fail(row, column, cell, "is a communication action; give a compute-only file "
+                                    "(torch adds sends, receives and gradient reduction itself)")
+                raise self.fail(row, column, cell, f"is not a compute action; {FORMAT_HINT}")
+            actions.append(_Action(row, column, cell, int(match.group(1)), match.group(2), int(match.group(3))))
+        return actions
+
+    def check_ranges(self, a: _Action) -> None:
+        problem = self.problem
+        if a.stage >= problem.num_model_stages:
+            raise self.fail(a.row, a.column, a.cell, f"names stage {a.stage}, but the config has "
+                            f"{problem.num_model_stages} model stages (pipeline.num_stages x num_chunks = "
+                            f"{problem.num_devices} x {problem.num_chunks}); stages are numbered from 0")
+        if a.microbatch >= problem.num_microbatches:
+            raise self.fail(a.row, a.column, a.cell, f"names microbatch {a.microbatch}, but the config has "
+                            f"pipeline.num_microbatches: {problem.num_microbatches}; microbatches are numbered "
+                            "from 0")
+        if a.kind in "IW" and not problem.split_backward:
+            raise self.fail(a.row, a.column, a.cell, "is a split-backward action, but the config's backward is "
+                            "not split; set costs.backward_weight > 0, or write full backwards as B")
+
+    def read(self, text: str) -> list[list[Op]]:
+        problem = self.problem
+        rows = list(csv.reader(io.StringIO(text)))
+        while rows and not any(cell.strip() for cell in rows[-1]):
+            rows.pop()  # trailing blank lines
+        actions = [a for row, cells in enumerate(rows, start=1)
+                   for column, cell in enumerate(cells, start=1) for a in self.parse_cell(row, column, cell)]
+        first_rank: dict[int, _Action] = {}  # keyed by model stage: its first action
+        for a in actions:
+            first = first_rank.setdefault(a.stage, a)
+            if first.row != a.row:
+                raise self.fail(a.row, a.column, a.cell, f"puts stage {a.stage} on rank {a.row - 1}, but row "
+                                f"{first.row} (rank {first.row - 1}) already runs it ({first.cell!r}); a stage "
+                                "lives on one rank")
+        if len(rows) != problem.num_devices:
+            raise ConfigError(f"{self.source} has {len(rows)} rows (one per rank), but the config has "
+                              f"pipeline.num_stages: {problem.num_devices}; give a file for that many ranks or "
+                              "change the config")
+        seen: dict[Op, _Action] = {}  # keyed by op: the action that ran it
+        orders: list[list[Op]] = [[] for _ in rows]
+        for a in actions:
+            self.check_ranges(a)
+            device = problem.device_of(a.stage)
+            if device != a.row - 1:
+                raise self.fail(a.row, a.column, a.cell, f"puts stage {a.stage} on rank {a.row - 1}, but the "
+                                f"config places it on rank {device} (pipeline.num_chunks: {problem.num_chunks}, "
+                                f"placement: {problem.placement}); change the config's layout to match the file")
+            kinds = {"F": [OpKind.F], "I": [OpKind.B], "W": [OpKind.W],
+                     "B": [OpKind.B, OpKind.W] if problem.split_backward else [OpKind.B]}[a.kind]
+            for kind in kinds:
+                op = problem.op(kind, a.stage, a.microbatch)
+                if op in seen:
+                    raise self.fail(a.row, a.column, a.cell, f"runs {kind.value} of stage {a.stage}, microbatch "
+                                    f"{a.microbatch} again (already at row {seen[op].row}, column "
+                                    f"{seen[op].column}: {seen[op].cell!r})")
+                seen[op] = a
+                orders[a.row - 1].append(op)
+        return orders
+
+
+def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source: str = "the CSV") -> Schedule:
+    """Read a compute-only torch CSV (its text) as a schedule of ``problem``.
+
+    Raises :class:`ConfigError` naming the first offending cell (row, column, action) when the file does not fit
+    the problem (ranks, stages, microbatches, placement, split backward), and naming the missing or repeated ops
+    or the deadlock when its orders cannot run.
+    """
+    orders = _Reader(problem, source).read(text)
+    schedule = Schedule.from_lists(name, orders)
+    try:
+        simulate(problem, schedule)
+    except ScheduleError as exc:
+        raise ConfigError(f"{source} does not give a runnable schedule of the config: {exc}") from None
+    return schedule
+
+
+def read_torch_csv(problem: Problem, path: str | Path, name: str | None = None) -> Schedule:
+    """Read the compute-only torch CSV at ``path`` as a schedule of ``problem`` (see :func:`from_torch_csv`).
+
+    The schedule is named ``name``, by default the file's stem.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"torch CSV {str(file)!r} does not exist; check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read torch CSV {str(file)!r}: {exc}") from None
+    return from_torch_csv(problem, text, name=name or file.name.removesuffix(".csv").removesuffix(".torch"),
+                          source=str(file))
