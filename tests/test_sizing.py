@@ -326,18 +326,21 @@ def test_random_shapes_build_valid_problems(layers: int, heads: int, kv_divisor:
 def test_sweep_rows_columns_order_and_skipped_reasons() -> None:
     frame = sweep(model=TINY, hardware="h100-80gb", num_gpus=[8, 24, 32], global_batch_size=32, seq_len=128,
                   tensor_parallel=[1, 2, 16], pipeline_parallel=[2, 3], num_chunks=[1, 2],
-                  schedules=["1f1b", "zb-v", "optimal"], time_limit_s=0.5, optimal_top=1, num_workers=1)
+                  schedules=["1f1b", "zb-v", "dualpipe-v", "optimal"], time_limit_s=0.5, optimal_top=1,
+                  num_workers=1)
     assert list(frame.columns) == list(COLUMNS)
     reasons = set(frame["skipped"].dropna())
     assert "8 GPUs not divisible by tensor parallel 1 x pipeline parallel 3" in reasons
     assert "tensor parallel 16 is larger than a node (8 GPUs)" in reasons
     assert "8 layers not divisible by 6 model stages" in reasons
-    assert "zb-v needs num_chunks 2" in reasons and "1f1b runs one chunk per device" in reasons
+    assert "1f1b runs one chunk per device (got num_chunks 2)" in reasons
+    assert any(reason.startswith("zb-v needs num_chunks 2 in V placement") for reason in reasons)
     assert "not among the top 1 configurations for the optimizer" in reasons
     fitting = frame[frame["fits"]]
     assert list(fitting["tokens_per_s"]) == sorted(fitting["tokens_per_s"], reverse=True)
     assert frame.index[frame["fits"]].max() < frame.index[~frame["fits"]].min()
     assert (frame[frame["schedule"] == "optimal"]["status"].dropna() != "").all()
+    assert frame[(frame["schedule"] == "dualpipe-v") & (frame["num_chunks"] == 2)]["skipped"].isna().any()
 
 
 def test_worker_processes_give_the_same_rows() -> None:

@@ -21,18 +21,16 @@ from pipeplan.sizing.hardware import Hardware
 from pipeplan.sizing.models import Model
 from pipeplan.sizing.setup import Setup
 
-# Schedules that run a split backward (B then W); the others run the fused backward, as Megatron-LM does.
-SPLIT_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "optimal")
-# Schedules that place a device's two chunks in a V (device d holds model stages d and 2P-1-d).
-V_SCHEDULES = ("zb-v",)
+# The problem variants a named schedule may run on, as (split backward, placement), in order of preference: the
+# fused backward Megatron-LM runs, then a split backward (B and W) in loop placement, then in V placement (two
+# chunks). A named schedule runs on the first variant its generator accepts.
+VARIANTS: tuple[tuple[bool, str], ...] = ((False, "loop"), (True, "loop"), (True, "v"))
 
 
-def default_placement(schedule: str, num_chunks: int) -> str:
-    """Where a schedule puts a device's chunks: V for zb-v, and for the optimizer with 2 chunks (so that ZB-V
-    is among its warm starts); loop otherwise."""
-    if schedule in V_SCHEDULES or (schedule == "optimal" and num_chunks == 2):
-        return "v"
-    return "loop"
+def optimizer_variant(num_chunks: int) -> tuple[bool, str]:
+    """The variant the optimizer searches: a split backward (it can use W to fill bubbles), and with two chunks
+    the V placement (so that ZB-V is among its warm starts)."""
+    return True, "v" if num_chunks == 2 else "loop"
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,16 @@ optimizer step are added.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError
+from pipeplan.schedule import NotApplicable, Schedule
 from pipeplan.schedules import generate, get
 from pipeplan.simulate import Timeline, simulate
 from pipeplan.sizing import costs
-from pipeplan.sizing.build import SPLIT_SCHEDULES, SizedProblem, build_problem, default_placement
+from pipeplan.sizing.build import VARIANTS, SizedProblem, build_problem, optimizer_variant
 from pipeplan.sizing.hardware import GIB, Hardware, load_hardware
 from pipeplan.sizing.models import Model, load_model
 from pipeplan.sizing.setup import Setup, constraint_violation
@@ -37,18 +38,38 @@ def check_schedule(name: str) -> None:
             raise ConfigError(f"{exc}, {OPTIMAL}") from None
 
 
-def replay_schedule(sized: SizedProblem, schedule: str, time_limit_s: float, num_workers: int | None,
-                    random_seed: int) -> tuple[Timeline, Metrics, str, float | None]:
-    """(timeline, metrics, solver status, gap) of the named schedule or the optimizer on the problem.
+def place_named(schedule: str, num_chunks: int, build: Callable[[bool, str], SizedProblem],
+                placement: str | None = None) -> tuple[SizedProblem, Schedule]:
+    """The problem a named schedule runs on and its orders, generated as a framework runs it.
 
-    A named schedule is generated as a framework runs it, without the budget (Megatron-LM's 1F1B warms up
-    P - r - 1 microbatches whatever the memory), then replayed under the budget: it fits when its peaks do.
-    The optimizer searches within the budget.
+    Tries the :data:`~pipeplan.sizing.build.VARIANTS` in order (only ``placement`` when given) and keeps the
+    first the generator accepts; ``build(split_backward, placement)`` makes each. The schedule is generated
+    without the budget (Megatron-LM's 1F1B warms up P - r - 1 microbatches whatever the memory). Raises the
+    first variant's :class:`NotApplicable` when none applies.
     """
+    first: NotApplicable | None = None
+    for split, where in VARIANTS:
+        if (placement is not None and where != placement) or (where == "v" and num_chunks != 2):
+            continue
+        sized = build(split, where)
+        try:
+            return sized, generate(schedule, sized.problem.with_budget(None))
+        except NotApplicable as exc:
+            first = first or exc
+    assert first is not None, "every schedule applies to some variant"
+    raise first
+
+
+def run_named(sized: SizedProblem, schedule: Schedule) -> tuple[Timeline, Metrics]:
+    """Replay a named schedule's orders under the budget: it fits when its peaks are within it."""
+    timeline = simulate(sized.problem, schedule)
+    return timeline, compute_metrics(timeline)
+
+
+def run_optimal(sized: SizedProblem, time_limit_s: float, num_workers: int | None,
+                random_seed: int) -> tuple[Timeline, Metrics, str, float | None]:
+    """(timeline, metrics, solver status, gap) of the optimizer on the problem, searching within the budget."""
     problem = sized.problem
-    if schedule != OPTIMAL:
-        timeline = simulate(problem, generate(schedule, problem.with_budget(None)))
-        return timeline, compute_metrics(timeline), "", None
     if not sized.fits_one_microbatch:
         timeline = simulate(problem, generate("gpipe", problem))
         return timeline, compute_metrics(timeline), "not solved (does not fit)", None
@@ -91,8 +112,9 @@ def estimate(
     :func:`load_hardware`). ``schedule`` is a registered schedule name or "optimal" (CP-SAT within
     ``time_limit_s`` seconds). A named schedule runs as frameworks run it (its warm-up does not shrink to fit
     the memory; if its peak is over the budget, ``fits`` is false); the optimizer searches within the budget.
-    The zero-bubble schedules and the optimizer run a split backward (B, W); the others the fused one.
-    ``placement`` defaults to "v" for zb-v (and for "optimal" with 2 chunks), else "loop".
+    A named schedule runs on the fused backward when its generator accepts it (as Megatron-LM runs 1F1B), else
+    on a split backward (B, W) in loop placement, else in V placement; ``placement`` restricts that choice. The
+    optimizer runs a split backward, in V placement with 2 chunks.
 
     Returns a dict with ``step_time_s``, ``tokens_per_s``, ``tflops_per_gpu`` (model FLOPs as Megatron-LM counts
     them, no recompute), ``mfu``, ``bubble`` (of the pipeline), ``memory_gib`` (peak per GPU: static state,
@@ -115,12 +137,19 @@ def estimate(
                                   even_split=layers_per_stage is None and not balanced)
     if reason is not None:
         raise ConfigError(f"this configuration cannot run: {reason}")
-    sized = build_problem(
-        model_rec, hardware_rec, setup, split_backward=schedule in SPLIT_SCHEDULES,
-        placement=placement or default_placement(schedule, num_chunks),
-        layers_per_stage=layers_per_stage, balanced=balanced,
-    )
-    timeline, metrics, status, gap = replay_schedule(sized, schedule, time_limit_s, num_workers, random_seed)
+
+    def build(split: bool, where: str) -> SizedProblem:
+        return build_problem(model_rec, hardware_rec, setup, split_backward=split, placement=where,
+                             layers_per_stage=layers_per_stage, balanced=balanced)
+
+    if schedule == OPTIMAL:
+        split, where = optimizer_variant(num_chunks)
+        sized = build(split, placement or where)
+        timeline, metrics, status, gap = run_optimal(sized, time_limit_s, num_workers, random_seed)
+    else:
+        sized, orders = place_named(schedule, num_chunks, build, placement)
+        timeline, metrics = run_named(sized, orders)
+        status, gap = "", None
     return summarize(sized, setup, model_rec, hardware_rec, schedule, timeline, metrics, status, gap)
 
 

@@ -19,8 +19,8 @@ import pandas as pd
 
 from pipeplan.problem import ConfigError
 from pipeplan.schedule import NotApplicable
-from pipeplan.sizing.build import SPLIT_SCHEDULES, V_SCHEDULES, SizedProblem, build_problem, default_placement
-from pipeplan.sizing.estimate import OPTIMAL, check_schedule, replay_schedule, summarize
+from pipeplan.sizing.build import SizedProblem, build_problem, optimizer_variant
+from pipeplan.sizing.estimate import OPTIMAL, check_schedule, place_named, run_named, run_optimal, summarize
 from pipeplan.sizing.hardware import Hardware, load_hardware
 from pipeplan.sizing.models import Model, load_model
 from pipeplan.sizing.setup import RECOMPUTE_MODES, Setup, constraint_violation
@@ -55,17 +55,6 @@ def _as_list(name: str, value: object) -> list[Any]:
 def _label(setup: Setup) -> str:
     return (f"tp{setup.tensor_parallel} pp{setup.pipeline_parallel} dp{setup.data_parallel} "
             f"mbs{setup.microbatch_size} v{setup.num_chunks} {setup.recompute}")
-
-
-def _schedule_fits_layout(schedule: str, num_chunks: int) -> str | None:
-    """Why a named schedule does not apply to ``num_chunks`` per device (None when it does)."""
-    if schedule == OPTIMAL:
-        return None
-    if schedule == "interleaved-1f1b":
-        return None if num_chunks >= 2 else "interleaved-1f1b needs num_chunks >= 2"
-    if schedule in V_SCHEDULES:
-        return None if num_chunks == 2 else f"{schedule} needs num_chunks 2"
-    return None if num_chunks == 1 else f"{schedule} runs one chunk per device"
 
 
 def sweep(
@@ -127,15 +116,7 @@ def sweep(
             rows.extend({**base, "schedule": name, "skipped": reason} for name in names)
             continue
         base.update(data_parallel=setup.data_parallel, num_microbatches=setup.num_microbatches)
-        runnable = []
-        for name in names:
-            why = _schedule_fits_layout(name, chunks)
-            if why is not None:
-                rows.append({**base, "schedule": name, "skipped": why})
-            else:
-                runnable.append(name)
-        if runnable:
-            built.append((setup, runnable))
+        built.append((setup, names))
     total = len(built)
     jobs = [(model_rec, hardware_rec, setup, [n for n in runnable if n != OPTIMAL], balanced)
             for setup, runnable in built]
@@ -205,30 +186,35 @@ def _run_named_job(job: tuple[Model, Hardware, Setup, list[str], bool]) -> list[
 
 def _run_named(model: Model, hardware: Hardware, setup: Setup, names: Iterable[str], balanced: bool) -> list[
         dict[str, Any]]:
-    """Rows of the named schedules on one configuration; the fused- and split-backward problems built once each."""
+    """Rows of the named schedules on one configuration; each problem variant built once."""
     problems: dict[tuple[bool, str], SizedProblem] = {}  # keyed by (split backward, placement)
+
+    def build(split: bool, where: str) -> SizedProblem:
+        if (split, where) not in problems:
+            problems[(split, where)] = build_problem(model, hardware, setup, split_backward=split, placement=where,
+                                                     balanced=balanced)
+        return problems[(split, where)]
+
     rows = []
     for name in names:
-        key = (name in SPLIT_SCHEDULES, default_placement(name, setup.num_chunks))
         try:
-            if key not in problems:
-                problems[key] = build_problem(model, hardware, setup, split_backward=key[0], placement=key[1],
-                                              balanced=balanced)
-            sized = problems[key]
-            timeline, metrics, status, gap = replay_schedule(sized, name, 0.0, None, 0)
+            sized, orders = place_named(name, setup.num_chunks, build)
         except (NotApplicable, ConfigError) as exc:
-            rows.append({**_setup_columns(setup), "schedule": name, "skipped": str(exc)})
+            # The generators' hints name config keys; sizing picks the backward and placement itself.
+            reason = str(exc).split("; set ")[0].split("; with chunks")[0]
+            rows.append({**_setup_columns(setup), "schedule": name, "skipped": reason})
             continue
-        rows.append(_row(summarize(sized, setup, model, hardware, name, timeline, metrics, status, gap)))
+        timeline, metrics = run_named(sized, orders)
+        rows.append(_row(summarize(sized, setup, model, hardware, name, timeline, metrics, "", None)))
     return rows
 
 
 def _run_optimal(model: Model, hardware: Hardware, setup: Setup, balanced: bool, time_limit_s: float,
                  num_workers: int | None, random_seed: int) -> dict[str, Any]:
+    split, where = optimizer_variant(setup.num_chunks)
     try:
-        sized = build_problem(model, hardware, setup, split_backward=True, balanced=balanced,
-                              placement=default_placement(OPTIMAL, setup.num_chunks))
-        timeline, metrics, status, gap = replay_schedule(sized, OPTIMAL, time_limit_s, num_workers, random_seed)
+        sized = build_problem(model, hardware, setup, split_backward=split, placement=where, balanced=balanced)
+        timeline, metrics, status, gap = run_optimal(sized, time_limit_s, num_workers, random_seed)
     except ConfigError as exc:
         return {**_setup_columns(setup), "schedule": OPTIMAL, "skipped": str(exc)}
     return _row(summarize(sized, setup, model, hardware, OPTIMAL, timeline, metrics, status, gap))
