@@ -18,7 +18,7 @@ from pipeplan.sizing import costs, estimate, load_hardware, load_model, memory, 
 from pipeplan.sizing.build import balanced_split, build_problem
 from pipeplan.sizing.hardware import GIB
 from pipeplan.sizing.setup import Setup
-from pipeplan.sizing.sweep import COLUMNS, require_fitting
+from pipeplan.sizing.sweep import COLUMNS, SweepProgress, require_fitting
 from pipeplan.sizing.validation import RUNS, validation_rows
 
 # A small GPT-style layer: h 64, 4 heads, ffn 4h, vocabulary 100.
@@ -324,10 +324,14 @@ def test_random_shapes_build_valid_problems(layers: int, heads: int, kv_divisor:
 
 
 def test_sweep_rows_columns_order_and_skipped_reasons() -> None:
+    reports: list[SweepProgress] = []
     frame = sweep(model=TINY, hardware="h100-80gb", num_gpus=[8, 24, 32], global_batch_size=32, seq_len=128,
                   tensor_parallel=[1, 2, 16], pipeline_parallel=[2, 3], num_chunks=[1, 2],
                   schedules=["1f1b", "zb-v", "dualpipe-v", "optimal"], time_limit_s=0.5, optimal_top=1,
-                  num_workers=1)
+                  num_workers=1, progress=reports.append)
+    assert [r.done for r in reports if r.label.startswith("optimizer")] == [1]
+    named = [r for r in reports if not r.label.startswith("optimizer")]
+    assert [r.done for r in named] == list(range(1, named[0].total + 1))
     assert list(frame.columns) == list(COLUMNS)
     reasons = set(frame["skipped"].dropna())
     assert "8 GPUs not divisible by tensor parallel 1 x pipeline parallel 3" in reasons

@@ -132,9 +132,13 @@ def sweep(
             if progress is not None:
                 progress(SweepProgress(index + 1, total, _label(setup)))
     chosen = _optimal_targets(named_results, optimal_top, [r for _, r in built])
+    solved = 0
     for (setup, results), (_, runnable) in zip(named_results, built):
         if OPTIMAL in runnable:
             if id(setup) in chosen:
+                solved += 1
+                if progress is not None:
+                    progress(SweepProgress(solved, len(chosen), f"optimizer on {_label(setup)}"))
                 results.append(_run_optimal(model_rec, hardware_rec, setup, balanced, time_limit_s, num_workers,
                                             random_seed))
             else:
