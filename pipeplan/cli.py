@@ -306,11 +306,7 @@ def report(folder: Path, out: Path | None, force: bool) -> None:
     target = out if out is not None else folder / REPORT_NAME
     if target.exists() and not force:
         raise ConfigError(f"{str(target)!r} already exists; pass --force to replace it, or --out FILE")
-    try:
-        page = render_folder(folder)
-    except (KeyError, TypeError, IndexError, StopIteration) as exc:
-        raise ConfigError(f"{str(folder)!r} is a damaged result folder ({type(exc).__name__}: {exc}); "
-                          "solve again with --out") from exc
+    page = render_folder(folder)
     write_file(target, page, force=True)
     click.echo(f"wrote {target}")
 

@@ -263,3 +263,44 @@ def test_without_1f1b_the_report_sets_the_best_named_schedule_beside_the_optimiz
     assert results.summary["chosen"] == "optimal"
     faster = 100 * (1 - rows["optimal"]["makespan"] / rows["zb-v"]["makespan"])
     assert f"{faster:.1f} % faster than zb-v ({rows['zb-v']['makespan']:.6g})" in text
+
+
+def _damage_everywhere(summary: dict[str, object]) -> list[tuple[str, dict[str, object]]]:
+    """Every field of a summary (and of its first schedule and skipped entry) deleted or given a wrong type."""
+    import copy
+
+    damaged = []
+    for key in summary:
+        for value in (None, "x", [], {}):
+            if key in ("config",):
+                continue
+            edited = copy.deepcopy(summary)
+            edited[key] = value
+            damaged.append((f"{key}={value!r}", edited))
+        edited = copy.deepcopy(summary)
+        del edited[key]
+        damaged.append((f"no {key}", edited))
+    for key in summary["schedules"][0]:  # type: ignore[index]
+        for value in (None, "x", []):
+            edited = copy.deepcopy(summary)
+            edited["schedules"][0][key] = value  # type: ignore[index]
+            damaged.append((f"schedules[0].{key}={value!r}", edited))
+    return damaged
+
+
+def test_report_of_any_structurally_damaged_summary_is_a_user_error(
+    capsys: pytest.CaptureFixture[str], folder: Path, tmp_path: Path
+) -> None:
+    """A summary.json with any field missing or of the wrong type exits 2 with one line, never a traceback or
+    an internal error (the report reads only fields it has checked)."""
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    for label, edited in _damage_everywhere(summary):
+        (copy / "summary.json").write_text(json.dumps(edited), encoding="utf-8")
+        code = main(["report", str(copy), "--out", str(tmp_path / "page.html"), "--force"])
+        err = capsys.readouterr().err
+        if code == 0:  # a field the report does not need (e.g. 'skipped' emptied) may still render
+            continue
+        assert code == USER_ERROR, (label, err)
+        assert err.count("\n") == 1 and "internal error" not in err, (label, err)

@@ -428,8 +428,7 @@ def read_results(folder: Path) -> Results:
         raise ConfigError(f"results folder {str(folder)!r} does not exist; give a folder written by "
                           "'pipeplan solve --out'")
     summary = _read_json(folder / "summary.json", folder)
-    if not isinstance(summary, dict) or not isinstance(summary.get("schedules"), list):
-        raise ConfigError(f"{folder / 'summary.json'} must hold the object 'pipeplan solve --format json' prints")
+    _check_shape(summary, folder / "summary.json")
     if "config" not in summary:
         raise ConfigError(f"{folder / 'summary.json'} has no 'config' record (written by an older pipeplan); "
                           "run 'pipeplan solve CONFIG --out DIR' again")
@@ -447,6 +446,44 @@ def read_results(folder: Path) -> Results:
         timelines[name] = _timeline_from_record(config.problem, name, int(row.get("flushes", 1)), record, path)
     check_summary(summary, config, timelines, folder / "summary.json")
     return Results(summary, config, timelines)
+
+
+# The fields of summary.json that the report reads, each with the JSON type it must have.
+_SUMMARY_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "name": str, "objective": str, "schedules": list, "chosen": str, "skipped": dict, "other_layouts": list,
+}
+_LAYOUT_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "schedule": str, "num_chunks": int, "placement": str, "peak_memory": (int, float),
+}
+
+
+def _check_shape(summary: Any, path: Path) -> None:
+    """Raise :class:`ConfigError` unless ``summary`` has every field the report reads, each of its JSON type
+    (numbers are checked against the replay later)."""
+    fix = "run 'pipeplan solve CONFIG --out DIR' again to write a complete one"
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{path} must hold the object 'pipeplan solve --format json' prints; {fix}")
+
+    def check(record: dict[str, Any], fields: dict[str, type | tuple[type, ...]], where: str) -> None:
+        for key, kind in fields.items():
+            if key not in record:
+                raise ConfigError(f"{path}: {where}has no {key!r}; {fix}")
+            if not isinstance(record[key], kind) or isinstance(record[key], bool):
+                raise ConfigError(f"{path}: {where}{key!r} is {_short(record[key])}, not a valid value; {fix}")
+
+    check(summary, _SUMMARY_FIELDS, "")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in summary["skipped"].items()):
+        raise ConfigError(f"{path}: 'skipped' must map schedule names to reasons; {fix}")
+    for row in summary["schedules"]:
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}: a schedule entry is {_short(row)}, not a record; {fix}")
+        if not isinstance(row.get("flushes", 1), int) or isinstance(row.get("flushes", 1), bool):
+            raise ConfigError(f"{path}: schedule {_short(row.get('schedule'))}: 'flushes' is "
+                              f"{_short(row.get('flushes'))}, not a whole number; {fix}")
+    for row in summary["other_layouts"]:
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}: an 'other_layouts' entry is {_short(row)}, not a record; {fix}")
+        check(row, {**_LAYOUT_FIELDS, summary["objective"]: (int, float)}, "an 'other_layouts' entry ")
 
 
 # Relative and absolute slack when comparing a stored number with its replay (JSON keeps floats exactly, so
