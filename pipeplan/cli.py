@@ -6,7 +6,10 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -25,7 +28,7 @@ from pipeplan.problem import ConfigError, PipeplanError
 from pipeplan.report.files import check_output_folder, config_record, write_file, write_folder, write_results
 from pipeplan.schedules import generate, names
 from pipeplan.simulate import simulate
-from pipeplan.solver import Progress
+from pipeplan.solver import Progress, SolveResult, StopRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,6 +44,9 @@ def _console() -> Console:
 
 # Exit status for a bug in pipeplan (an exception that is not a user error).
 INTERNAL_ERROR = 1
+# Exit statuses after Ctrl-C and SIGTERM, as a shell reports a process ended by those signals (128 + signal).
+INTERRUPTED = 130
+TERMINATED = 143
 
 
 class _Run:
@@ -122,7 +128,9 @@ simulate_cmd.name = "simulate"
 
 
 class _ProgressLine:
-    """Live solver progress on stderr (elapsed, incumbent, bound) when stderr is a terminal and not --quiet.
+    """Live solver progress on stderr when stderr is a terminal and not --quiet: a line that ticks every
+    fraction of a second with the elapsed time, and shows the best objective and bound as the solver reports
+    them ("solving:   12.3 s elapsed, best 91.34 ms, bound 87.21 ms").
 
     Called with a solver :class:`Progress`, or with a :class:`SweepProgress` during a frontier sweep, which
     adds which budget is being solved ("budget 3/7 (12 slots)").
@@ -134,9 +142,19 @@ class _ProgressLine:
         self.unit = unit
         self.memory_unit = memory_unit
         self.prefix = ""
+        self.phase = "solving"
+        self.started = time.monotonic()
         self.objective: float | None = None
         self.bound: float | None = None
-        self.status = self.console.status("solving ...") if self.enabled else None
+        # rich re-renders the status every refresh, so the elapsed time moves even while the solver is silent.
+        self.status = self.console.status(self) if self.enabled else None
+
+    def __rich__(self) -> str:
+        if self.phase != "solving":
+            line = self.phase
+        else:
+            line = format_progress(time.monotonic() - self.started, self.objective, self.bound, self.unit)
+        return f"{self.prefix}: {line}" if self.prefix else line
 
     def __enter__(self) -> _ProgressLine:
         if self.status is not None:
@@ -152,17 +170,70 @@ class _ProgressLine:
             self.prefix = format_sweep(report, self.memory_unit)
             if report.solve is None:
                 self.objective = self.bound = None
-                if self.status is not None:
-                    self.status.update(f"{self.prefix}: named schedules ...")
+                self.phase = "named schedules ..."
+                self.started = time.monotonic()
                 return
             report = report.solve
+        self.phase = "solving"
         if report.objective is not None:
             self.objective = report.objective
         if report.bound is not None:
             self.bound = report.bound
-        if self.status is not None:
-            line = format_progress(report.elapsed_s, self.objective, self.bound, self.unit)
-            self.status.update(f"{self.prefix}: {line}" if self.prefix else line)
+
+
+def _exit_if_interrupted(stop: StopRequest) -> None:
+    """After a run that Ctrl-C cut short (its output written, marked interrupted), say so and exit 130."""
+    if stop.requested:
+        click.echo("pipeplan: interrupted: the search was stopped early; the results above are the best found "
+                   "by then", err=True)
+        raise click.exceptions.Exit(INTERRUPTED)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: abort at once (not an Exception, so that nothing on the way catches it)."""
+
+
+class _Interrupts:
+    """Ctrl-C during a search: the first one stops the search, which finishes with the best schedule found so
+    far (the run then exits 130); a second one, or SIGTERM, aborts at once. Handlers are restored on exit."""
+
+    def __init__(self, stop: StopRequest) -> None:
+        self.stop = stop
+        self.previous: dict[int, Any] = {}  # keyed by signal number: the handler to restore
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {signal.SIGINT: signal.signal(signal.SIGINT, self._on_interrupt),
+                             signal.SIGTERM: signal.signal(signal.SIGTERM, self._on_terminate)}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _on_interrupt(self, _signum: int, _frame: object) -> None:
+        if self.stop.requested:
+            raise KeyboardInterrupt
+        self.stop.request()
+        click.echo("pipeplan: interrupted: finishing with the best schedule found so far (Ctrl-C again to abort)",
+                   err=True)
+
+    def _on_terminate(self, _signum: int, _frame: object) -> None:
+        raise Terminated
+
+
+def optimizer_notes(result: SolveResult) -> list[str]:
+    """What a user should know about an optimizer answer beyond its numbers: why the search did not run or found
+    nothing, and why a tiny gap is not a proof."""
+    notes = []
+    if result.search.startswith(("skipped", "stopped")) or result.search == "UNKNOWN":
+        what = "no schedule found in time" if result.search == "UNKNOWN" else result.search
+        notes.append(f"search: {what}; the answer is the best warm start ({result.source})")
+    if result.status != "OPTIMAL" and not result.exact_ticks:
+        notes.append("costs or memory are not whole at 1e-6 of their unit, so CP-SAT solved a rounded-down "
+                     "relaxation: its bound can sit a hair below the optimum, and a gap that small does not mean "
+                     "a better schedule exists")
+    return notes
 
 
 def format_progress(elapsed_s: float, objective: float | None, bound: float | None, unit: str) -> str:
@@ -249,8 +320,9 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
     _refuse_existing(out, force)
     settings = _settings(cfg, time_limit_s=time_limit, objective=objective, num_workers=workers,
                          random_seed=random_seed)
-    with _ProgressLine(not quiet, cfg.units.time) as progress:
-        comparison = compare(cfg.problem, settings, progress=progress)
+    stop = StopRequest()
+    with _Interrupts(stop), _ProgressLine(not quiet, cfg.units.time) as progress:
+        comparison = compare(cfg.problem, settings, progress=progress, stop=stop)
     summary = comparison.summary(cfg.name)
     summary["config"] = config_record(cfg.name, cfg.problem, settings, cfg.units)
     if out is not None:
@@ -262,18 +334,21 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
         write_results(out, summary, comparison.timelines(), force=force, extra=add_report)
     if fmt == "json":
         click.echo(json.dumps(summary, indent=2))
+        _exit_if_interrupted(stop)
         return
-    from pipeplan.report.tables import comparison_table
+    from pipeplan.report.tables import comparison_table, format_gap
 
     console = _console()
     console.print(comparison_table(summary, cfg.units))
     opt = comparison.optimal
     console.print(
         f"optimizer: {opt.status} {opt.objective_name} {opt.objective:g} {cfg.units.time}, "
-        f"bound {opt.lower_bound:g} (gap {100 * opt.gap:.2f} %), {opt.solve_time_s:.1f} s; order from "
+        f"bound {opt.lower_bound:g} (gap {format_gap(opt.gap)}), {opt.solve_time_s:.1f} s; order from "
         f"{opt.source}, best warm start {opt.best_heuristic} at {opt.best_heuristic_objective:g}",
         soft_wrap=True,
     )
+    for note in optimizer_notes(opt):
+        console.print(note, style="yellow", soft_wrap=True)
     for name, reason in comparison.skipped.items():
         console.print(f"skipped {name}: {reason}", style="dim", soft_wrap=True)
     for row in comparison.other_layouts:
@@ -283,6 +358,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
             "them under pipeline: to optimize that layout", soft_wrap=True)
     if out is not None:
         console.print(f"wrote {out}/summary.json, metrics.csv, schedules/, report.html")
+    _exit_if_interrupted(stop)
 
 
 @cli.command(short_help="Re-render report.html from a result folder.")
@@ -397,8 +473,9 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     _refuse_existing(out, force)
     settings = _settings(cfg, time_limit_s=time_limit, objective=objective, num_workers=workers,
                          random_seed=random_seed)
-    with _ProgressLine(not quiet, cfg.units.time, cfg.units.memory) as progress:
-        rows = frontier(cfg.problem, sweep, settings, progress=progress)
+    stop = StopRequest()
+    with _Interrupts(stop), _ProgressLine(not quiet, cfg.units.time, cfg.units.memory) as progress:
+        rows = frontier(cfg.problem, sweep, settings, progress=progress, stop=stop)
     from pipeplan.report.tables import frontier_table
 
     if out is not None:
@@ -421,6 +498,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     if out is not None:
         written = ", ".join(sorted(p.name for p in out.iterdir()))
         console.print(f"wrote {out}/: {written}")
+    _exit_if_interrupted(stop)
 
 
 class _SizeProgress:
@@ -546,7 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = _Run()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        cli.main(args=args, prog_name="pipeplan", standalone_mode=False, obj=run)
+        code = cli.main(args=args, prog_name="pipeplan", standalone_mode=False, obj=run)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
@@ -554,7 +632,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("pipeplan: interrupted", err=True)
-        return 130
+        return INTERRUPTED
+    except Terminated:
+        click.echo("pipeplan: terminated", err=True)
+        return TERMINATED
     except (PipeplanError, OSError) as exc:
         if run.debug:
             traceback.print_exc()
@@ -566,7 +647,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         click.echo(f"pipeplan: internal error ({type(exc).__name__}: {exc}); this is a bug in pipeplan, please "
                    "report it with the output of the same command with --debug", err=True)
         return INTERNAL_ERROR
-    return 0
+    # Without standalone mode click returns the exit code of a click.exceptions.Exit raised by a command.
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.planner import evaluate_named
 from pipeplan.problem import ConfigError, Problem
 from pipeplan.simulate import simulate
-from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, objective_of, solve
+from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve
 
 log = logging.getLogger(__name__)
 
@@ -136,12 +136,15 @@ def frontier(
     budgets: Sequence[float],
     settings: SolverSettings,
     progress: SweepCallback | None = None,
+    stop: StopRequest | None = None,
 ) -> list[FrontierRow]:
     """For each budget (increasing), every applicable named schedule's row and the optimizer's row.
 
     A budget that admits no schedule gets one optimizer row with status INFEASIBLE and the reason in ``note``.
     Raises :class:`~pipeplan.solver.InfeasibleBudget` (a :class:`ConfigError`) when no budget admits one,
     naming the smallest budget that would.
+    ``stop`` ends the sweep early: the budget being solved keeps its best schedule so far and the larger budgets
+    are left out.
     """
     ordered = sorted({float(b) for b in budgets})
     if not ordered:
@@ -164,7 +167,8 @@ def frontier(
                 progress(SweepProgress(index, len(ordered), budget, p))
 
         try:
-            result = solve(at, settings, progress=report, hints=[] if previous is None else [previous[1].schedule])
+            result = solve(at, settings, progress=report, hints=[] if previous is None else [previous[1].schedule],
+                           stop=stop)
         except InfeasibleBudget as exc:
             rows.append(_infeasible_row(budget, str(exc)))
             continue
@@ -174,6 +178,9 @@ def frontier(
             result = _keep_previous(at, previous[1], previous[0], result)
         rows.append(_optimal_row(budget, result))
         previous = (budget, result)
+        if stop is not None and stop.requested:
+            log.info("stop requested: the sweep ends after budget %g", budget)
+            break
     if previous is None:
         need = max(minimum_budget(problem.with_budget(None)))
         raise InfeasibleBudget(

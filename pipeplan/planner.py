@@ -7,9 +7,11 @@ what ``pipeplan solve`` shows: every named schedule beside the CP-SAT optimum, a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +22,7 @@ from pipeplan.problem import ConfigError, Problem
 from pipeplan.schedule import Schedule
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.simulate import Timeline, simulate
-from pipeplan.solver import ProgressCallback, SolveResult, objective_of, solve
+from pipeplan.solver import ProgressCallback, SolveResult, StopRequest, objective_of, solve
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,32 @@ def choose(metrics: list[Metrics], chunks: list[int] | None = None) -> int | Non
     return min(tied, key=lambda i: (order.get(metrics[i].schedule, len(order)), metrics[i].flushes, chunks[i]))
 
 
+# Config field -> the keyword of :func:`plan` that sets it, so that plan's errors name its own arguments.
+_PLAN_KEYWORDS = {
+    "pipeline.num_stages": "num_stages",
+    "pipeline.num_microbatches": "total_microbatches",
+    "pipeline.num_chunks": "num_chunks",
+    "pipeline.placement": "placement",
+    "costs.forward": "forward",
+    "costs.backward": "backward",
+    "costs.backward_weight": "backward_weight",
+    "costs.comm": "comm",
+    "memory.activation": "activation",
+    "memory.weight_activation": "weight_activation",
+    "memory.budget": "memory_budget",
+}
+
+
+@contextlib.contextmanager
+def _named_as_plan_keywords() -> Iterator[None]:
+    """Re-raise a :class:`ConfigError` with every config field it names replaced by plan's keyword."""
+    try:
+        yield
+    except ConfigError as exc:
+        message = re.sub(r"\b(?:pipeline|costs|memory)\.\w+", lambda m: _PLAN_KEYWORDS.get(m[0], m[0]), str(exc))
+        raise ConfigError(message) from None
+
+
 def plan(
     num_stages: int,
     total_microbatches: int,
@@ -92,19 +120,20 @@ def plan(
     layouts = LAYOUTS if num_chunks is None else ((num_chunks, placement),)
     evaluated: list[tuple[Problem, Metrics]] = []
     for chunks, where in layouts:
-        problem = Problem.build(
-            num_stages=num_stages,
-            num_microbatches=total_microbatches,
-            forward=forward,
-            backward=backward,
-            backward_weight=backward_weight,
-            comm=comm,
-            activation=activation,
-            weight_activation=weight_activation,
-            budget=memory_budget,
-            num_chunks=chunks,
-            placement=where,
-        )
+        with _named_as_plan_keywords():
+            problem = Problem.build(
+                num_stages=num_stages,
+                num_microbatches=total_microbatches,
+                forward=forward,
+                backward=backward,
+                backward_weight=backward_weight,
+                comm=comm,
+                activation=activation,
+                weight_activation=weight_activation,
+                budget=memory_budget,
+                num_chunks=chunks,
+                placement=where,
+            )
         evaluated.extend((problem, compute_metrics(simulate(problem, s))) for s in candidate_schedules(problem))
     picked = choose([m for _, m in evaluated], [p.num_chunks for p, _ in evaluated])
     if picked is None:
@@ -159,6 +188,8 @@ class Comparison:
             gap=self.optimal.gap,
             solve_time_s=self.optimal.solve_time_s,
             source=self.optimal.source,
+            search=self.optimal.search,
+            interrupted=self.optimal.interrupted,
         )
         rows.append(opt)
         return rows
@@ -184,6 +215,7 @@ class Comparison:
             "skipped": self.skipped,
             "chosen": self.chosen,
             "other_layouts": self.other_layouts,
+            "interrupted": self.optimal.interrupted,
         }
 
     def timelines(self) -> dict[str, Timeline]:
@@ -208,10 +240,13 @@ def compare(
     settings: SolverSettings,
     progress: ProgressCallback | None = None,
     hints: Sequence[Schedule] = (),
+    stop: StopRequest | None = None,
 ) -> Comparison:
-    """Replay every named schedule, run the optimizer, and choose the feasible schedule with the best objective."""
+    """Replay every named schedule, run the optimizer, and choose the feasible schedule with the best objective.
+
+    ``stop`` ends the optimizer's search early (its answer is then the best found so far, marked interrupted)."""
     named, skipped = evaluate_named(problem)
-    optimal = solve(problem, settings, progress=progress, hints=hints)
+    optimal = solve(problem, settings, progress=progress, hints=hints, stop=stop)
     order = {name: i for i, name in enumerate(schedules.names())}
     # (objective, is the optimizer, peak memory, simplicity, name) of every feasible schedule.
     feasible = [

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 import reprlib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -95,15 +97,24 @@ PerStage = Number | Sequence[Number]
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A real number (Python's, or a NumPy scalar, which registers as one), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np_bool_types()))
+
+
+def np_bool_types() -> tuple[type, ...]:
+    """NumPy's bool type when NumPy is loaded (it is not a Python bool but must not count as a number)."""
+    numpy = sys.modules.get("numpy")
+    return (numpy.bool_,) if numpy is not None else ()
 
 
 def _as_count(name: str, value: object, minimum: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
+    """``value`` as a whole number >= ``minimum`` (a Python or NumPy integer), else a :class:`ConfigError`."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np_bool_types())):
         raise ConfigError(f"{name} must be a whole number >= {minimum}, got {shown(value)}")
-    if value < minimum:
+    count = int(value)
+    if count < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {shown(value)}")
-    return value
+    return count
 
 
 def _expand(

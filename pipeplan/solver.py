@@ -248,19 +248,20 @@ class _Candidate:
 
 
 def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = (),
-                deadline: float = math.inf) -> list[_Candidate]:
+                deadline: float = math.inf, stop: StopRequest | None = None) -> list[_Candidate]:
     """Every feasible heuristic schedule (and every feasible ``extra`` one), replayed on ``problem``, best
     objective first; named schedules win ties.
 
     The named schedules, GPipe one microbatch at a time (which fits any budget that admits a schedule) and the
-    ``extra`` ones always run; the greedy list schedulers only while ``time.monotonic()`` is before ``deadline``.
+    ``extra`` ones always run; the greedy list schedulers only while ``time.monotonic()`` is before ``deadline``
+    and no stop is requested.
     """
     found: list[tuple[Schedule, bool]] = [(s, True) for s in schedules.generate_applicable(problem)[0]]
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
     found.extend((schedule, False) for schedule in extra)
     for rule in GREEDY_RULES:
-        if time.monotonic() >= deadline:
-            log.info("time limit reached: greedy warm starts from %s on skipped", rule.name)
+        if time.monotonic() >= deadline or (stop is not None and stop.requested):
+            log.info("time limit reached or stop requested: greedy warm starts from %s on skipped", rule.name)
             break
         greedy = greedy_schedule(problem, rule)
         if greedy is not None:
@@ -474,7 +475,7 @@ def solve(
     deadline = started + settings.time_limit_s
     _check_budget(problem)
     ticked, time_scale, exact = tick_problem(problem)
-    candidates = warm_starts(problem, settings.objective, extra=hints, deadline=deadline)
+    candidates = warm_starts(problem, settings.objective, extra=hints, deadline=deadline, stop=stop)
     if not candidates:
         raise InfeasibleBudget(
             f"no schedule fits memory.budget; raise it to at least {max(minimum_budget(problem)):g} "
@@ -535,27 +536,33 @@ def _reason_not_to_search(problem: Problem, best: _Candidate, bound: float, dead
 def _run_search(solver: cp_model.CpSolver, model: _Model, callback: _Progress,
                 stop: StopRequest | None) -> cp_model.CpSolverStatus:
     """Run CP-SAT in a helper thread while this thread waits, so that Python signal handlers (which run only
-    in the main thread, between bytecodes) can stop it; CP-SAT's own SIGINT handler is off. A
-    KeyboardInterrupt raised in the wait (a second Ctrl-C) stops the search and propagates."""
+    in the main thread, between bytecodes) can stop it; CP-SAT's own SIGINT handler is off. An exception raised
+    in the wait (a second Ctrl-C, SIGTERM) stops the search, waits until CP-SAT has really returned (a native
+    search still running when the interpreter exits aborts the process) and propagates.
+
+    The wait is on an event, not on ``Thread.join``: an exception that interrupts a join can leave the thread
+    marked as finished while it still runs."""
     solver.parameters.catch_sigint_signal = False
     outcome: dict[str, Any] = {}
+    done = threading.Event()
 
     def search() -> None:
         try:
             outcome["status"] = solver.solve(model.model, callback)
         except BaseException as exc:  # handed to the waiting thread
             outcome["error"] = exc
+        finally:
+            done.set()
 
     if stop is not None:
         stop._attach(solver)
-    thread = threading.Thread(target=search, name="cp-sat", daemon=True)
     try:
-        thread.start()
-        while thread.is_alive():
-            thread.join(0.05)
+        threading.Thread(target=search, name="cp-sat", daemon=True).start()
+        while not done.wait(0.05):
+            pass
     except BaseException:
         solver.stop_search()
-        thread.join(5.0)
+        done.wait()
         raise
     finally:
         if stop is not None:

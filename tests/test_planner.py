@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -93,7 +94,7 @@ def test_budget_below_one_activation_is_an_error(budget: float | list[float]) ->
 
 
 def test_invalid_counts_are_errors() -> None:
-    with pytest.raises(ConfigError, match="num_microbatches must be >= 1"):
+    with pytest.raises(ConfigError, match="total_microbatches must be >= 1"):
         plan(num_stages=8, total_microbatches=0, memory_budget=8)
 
 
@@ -146,3 +147,31 @@ def test_compare_points_at_a_better_layout() -> None:
     assert ("zb-v", "v") in best and ("interleaved-zb", "loop") in best
     assert others[0]["makespan"] < chosen and others[0]["peak_memory"] <= 4
     assert [r["makespan"] for r in others] == sorted(r["makespan"] for r in others)
+
+
+@pytest.mark.parametrize(("keywords", "message"), [
+    ({"memory_budget": 0.5}, "memory_budget (0.5) on device 0 is below one activation (1)"),
+    ({"forward": -1}, "forward must be >= 0, got -1"),
+    ({"total_microbatches": 0}, "total_microbatches must be >= 1, got 0"),
+    ({"backward_weight": [1, 0, 1, 1]}, "backward_weight must be > 0 on every stage or 0 on every stage"),
+    ({"weight_activation": 0.5}, "weight_activation is 0.5 but the backward is not split (backward_weight is 0)"),
+    ({"num_chunks": 3, "placement": "v"}, "placement 'v' needs num_chunks: 2"),
+])
+def test_plan_errors_name_its_own_keywords(keywords: dict[str, Any], message: str) -> None:
+    """plan() is called with keywords, not a config file: its errors name those keywords."""
+    with pytest.raises(ConfigError) as info:
+        plan(**{"num_stages": 4, "total_microbatches": 8, **keywords})
+    assert message in str(info.value)
+    assert "memory." not in str(info.value) and "costs." not in str(info.value)
+    assert "pipeline." not in str(info.value)
+
+
+def test_plan_accepts_numpy_scalars() -> None:
+    """Counts and sizes often come out of NumPy (e.g. a sweep over np.arange): they are numbers like any other."""
+    np = pytest.importorskip("numpy")
+    result = plan(num_stages=np.int64(8), total_microbatches=np.int32(64), memory_budget=np.int64(8),
+                  forward=np.float32(1.0), backward=np.float64(2.0))
+    assert result["chosen"]["schedule"] == "1f1b"
+    assert result["chosen"]["makespan"] == pytest.approx(213.0)
+    with pytest.raises(ConfigError, match="memory_budget must be a finite number"):
+        plan(num_stages=4, total_microbatches=8, memory_budget=np.bool_(True))

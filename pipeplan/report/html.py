@@ -24,6 +24,7 @@ from pipeplan import __version__
 from pipeplan.config import Config, Units
 from pipeplan.report.figures import gantt, memory_per_device, utilization_bars
 from pipeplan.report.files import Results, read_results
+from pipeplan.report.tables import format_gap
 from pipeplan.simulate import Timeline
 
 REPORT_NAME = "report.html"
@@ -108,7 +109,8 @@ def _comparison(summary: dict[str, Any], units: Units) -> str:
         chosen = name == summary["chosen"]
         solver = ["-", "-", "-", "-"]
         if "status" in row:
-            solver = [row["status"], _num(row["lower_bound"], 6), _pct(row["gap"]), f"{row['solve_time_s']:.1f} s"]
+            solver = [row["status"], _num(row["lower_bound"], 6), format_gap(row["gap"]),
+                      f"{row['solve_time_s']:.1f} s"]
         cells = [
             ("&#9733; " if chosen else "") + html.escape(name) + (" (chosen)" if chosen else ""),
             _num(row["makespan"], 6), _num(row["stage_span"], 6), _pct(row["bubble"]), _pct(row["utilization"]),
@@ -141,7 +143,7 @@ def _headline(summary: dict[str, Any], units: Units) -> str:
     optimal = rows.get("optimal")
     if optimal is not None and "status" in optimal:
         text += (f". The optimizer's answer is {optimal['status']} (lower bound {_num(optimal['lower_bound'], 6)}, "
-                 f"gap {_pct(optimal['gap'])}).")
+                 f"gap {format_gap(optimal['gap'])}).")
     return f'<p class="lead">{text}</p>'
 
 

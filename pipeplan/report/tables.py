@@ -21,6 +21,15 @@ def _fmt_pct(value: float) -> str:
     return f"{100 * value:.1f} %"
 
 
+def format_gap(gap: float) -> str:
+    """A proof's relative gap as a percentage that never rounds a real gap to zero: "0 %" only when the bound
+    meets the value, two decimals down to 0.01 %, one significant digit below (e.g. "0.002 %")."""
+    if gap <= 0:
+        return "0 %"
+    percent = 100 * gap
+    return f"{percent:.2f} %" if percent >= 0.01 else f"{percent:.1g} %"
+
+
 def _fmt_memory(value: float) -> str:
     return f"{value:g}"
 
@@ -81,7 +90,7 @@ def comparison_table(summary: dict[str, Any], units: Units) -> Table:
         chosen = row["schedule"] == summary["chosen"]
         proof = ""
         if "status" in row:
-            proof = "optimal" if row["status"] == "OPTIMAL" else f"gap {_fmt_pct(row['gap'])}"
+            proof = "optimal" if row["status"] == "OPTIMAL" else f"gap {format_gap(row['gap'])}"
         table.add_row(
             ("* " if chosen else "  ") + row["schedule"],
             _fmt_time(row["makespan"]),
@@ -127,7 +136,7 @@ def frontier_table(name: str, rows: Sequence[FrontierRow], objective: str, units
             solved = ["-", "-", "-", opt.status if opt is not None and opt.status else "-"]
         else:
             assert opt.lower_bound is not None and opt.gap is not None
-            solved = [_fmt_time(opt.objective), _fmt_time(opt.lower_bound), _fmt_pct(opt.gap), opt.status or ""]
+            solved = [_fmt_time(opt.objective), _fmt_time(opt.lower_bound), format_gap(opt.gap), opt.status or ""]
         table.add_row(f"{budget:g}", *values, *solved)
     table.caption = "(value) = over the budget; the optimizer's column never rises as the budget grows"
     return table

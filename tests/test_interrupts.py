@@ -1,0 +1,116 @@
+"""Ctrl-C and SIGTERM during a search, in process through ``pipeplan.cli.main``.
+
+The signals are sent by the process to itself from the progress callback, so they arrive at a known point:
+the first report comes before the CP-SAT search starts, later ones from the search itself. The contract: the
+first Ctrl-C stops the search, the run finishes with the best schedule so far, says so, marks its JSON and
+result folder ``interrupted`` and exits 130; a second Ctrl-C or SIGTERM aborts at once (130 or 143) and writes
+nothing; a frontier sweep stops after the budget it was solving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pipeplan.cli
+from pipeplan.cli import INTERRUPTED, TERMINATED, main
+from pipeplan.frontier import SweepProgress
+
+# A split backward at a tight budget: no warm start meets the bound, so CP-SAT searches (for up to 30 s).
+CONFIG = """\
+pipeline: {num_stages: 8, num_microbatches: 32}
+costs: {forward: 1.0, backward: 1.0, backward_weight: 0.5, comm: 0.03}
+memory: {activation: 1, weight_activation: 0.35, budget: 5}
+solver: {time_limit_s: 30, num_workers: 2}
+"""
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> str:
+    path = tmp_path / "tight.yaml"
+    path.write_text(CONFIG, encoding="utf-8")
+    return str(path)
+
+
+def send_on_report(monkeypatch: pytest.MonkeyPatch, when: Callable[[int, Any], bool], *signals: int) -> None:
+    """Send ``signals`` to this process on the first progress report for which ``when(n, report)`` holds (n is
+    1-based). Reports after the first come from CP-SAT's threads, which wait here a moment between signals so
+    that the main thread handles each one (the same signal twice at once would arrive as one)."""
+    original = pipeplan.cli._ProgressLine.__call__
+    calls = {"n": 0, "sent": False}
+
+    def report(self: Any, progress: Any) -> None:
+        calls["n"] += 1
+        if not calls["sent"] and when(calls["n"], progress):
+            calls["sent"] = True
+            for i, signum in enumerate(signals):
+                if i:
+                    time.sleep(0.5)
+                os.kill(os.getpid(), signum)
+        original(self, progress)
+
+    monkeypatch.setattr(pipeplan.cli._ProgressLine, "__call__", report)
+
+
+def nth(at: int) -> Callable[[int, Any], bool]:
+    return lambda n, _report: n == at
+
+
+@pytest.mark.parametrize("at", [1, 2], ids=["before-the-search", "during-the-search"])
+def test_first_ctrl_c_finishes_with_the_best_schedule_and_exits_130(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path, at: int
+) -> None:
+    send_on_report(monkeypatch, nth(at), signal.SIGINT)
+    out = tmp_path / "out"
+    code = main(["solve", config, "--format", "json", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == INTERRUPTED == 130
+    assert "interrupted" in captured.err and "Traceback" not in captured.err
+    summary = json.loads(captured.out)
+    assert summary["interrupted"] is True
+    optimal = next(row for row in summary["schedules"] if row["schedule"] == "optimal")
+    assert optimal["interrupted"] is True and optimal["feasible"]
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["interrupted"] is True
+    assert (out / "report.html").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
+
+@pytest.mark.parametrize(("signals", "status", "word"), [
+    ((signal.SIGINT, signal.SIGINT), INTERRUPTED, "interrupted"),
+    ((signal.SIGTERM,), TERMINATED, "terminated"),
+], ids=["second-ctrl-c", "sigterm"])
+def test_a_second_ctrl_c_or_sigterm_aborts_and_writes_nothing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path,
+    signals: tuple[int, ...], status: int, word: str
+) -> None:
+    send_on_report(monkeypatch, nth(2), *signals)
+    code = main(["solve", config, "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert code == status
+    assert f"pipeplan: {word}" in captured.err and "Traceback" not in captured.err
+    assert list(tmp_path.iterdir()) == [Path(config)]  # neither DIR nor a temporary folder
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path
+) -> None:
+    # Ctrl-C as the sweep turns to its second budget: that budget is still answered (without a search: its
+    # best warm start), budgets 6 to 8 are never solved.
+    send_on_report(monkeypatch, lambda _n, r: isinstance(r, SweepProgress) and r.index == 1, signal.SIGINT)
+    out = tmp_path / "frontier"
+    code = main(["frontier", config, "--budgets", "4:8:1", "--time-limit", "1", "--out", str(out), "--no-png"])
+    captured = capsys.readouterr()
+    assert code == INTERRUPTED
+    assert "interrupted" in captured.err
+    lines = (out / "frontier.csv").read_text(encoding="utf-8").splitlines()
+    budgets = {float(line.split(",")[0]) for line in lines[1:]}
+    assert budgets == {4.0, 5.0}
