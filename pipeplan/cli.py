@@ -79,6 +79,7 @@ def cli() -> None:
       pipeplan report results/seed --force
       pipeplan export results/seed --out seed.csv
       pipeplan frontier models/split-8x32.yaml --budgets 8:16:2
+      pipeplan size models/size-llama3.1-70b.yaml --out results/size-llama3.1-70b
 
     A bad config or flag exits with status 2 and a one-line message; add --debug for the traceback.
     """
@@ -498,6 +499,118 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
         written = ", ".join(sorted(p.name for p in out.iterdir()))
         console.print(f"wrote {out}/: {written}")
     _exit_if_interrupted(stop)
+
+
+class _SizeProgress:
+    """Live sweep progress on stderr ("12/48 configurations: tp4 pp8 ...") when stderr is a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.console = Console(stderr=True)
+        self.status = self.console.status("sizing ...") if enabled and self.console.is_terminal else None
+
+    def __enter__(self) -> _SizeProgress:
+        if self.status is not None:
+            self.status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.status is not None:
+            self.status.__exit__(None, None, None)
+
+    def __call__(self, report: object) -> None:
+        if self.status is None:
+            return
+        if isinstance(report, str):
+            self.status.update(f"sizing: {report} ...")
+        else:
+            done, total, label = (getattr(report, key) for key in ("done", "total", "label"))
+            self.status.update(f"sizing: {done}/{total} configurations ({label})")
+
+
+@cli.command("size", short_help="Size a cluster: the fastest parallel layout and schedule that fits.")
+@click.argument("study", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Write sweep.csv, report.html and best.yaml to DIR (atomically).")
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, metavar="K",
+              help="Configurations shown in the table and the report's memory chart.")
+@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="Optimizer time limit in seconds per configuration (overrides optimizer.time_limit_s).")
+@click.option("--force", is_flag=True, help="Replace DIR if it exists.")
+@click.option("--quiet", is_flag=True, help="No progress display.")
+@_debug_option
+def size(study: str, out: Path | None, top: int, time_limit: float | None, force: bool, quiet: bool) -> None:
+    """Find the parallel sizes, microbatch size, chunks and schedule with the most tokens/s within memory.
+
+    STUDY names a model and a GPU (presets, see 'pipeplan presets'), GPU counts, batch, sequence length and
+    the search space. Prints the top configurations and the optimal schedule's gain over 1F1B on the best
+    one; with --out, DIR/report.html shows it all and DIR/best.yaml is a config for 'pipeplan solve'.
+
+    \b
+    Example:
+      pipeplan size models/size-llama3.1-70b.yaml --out results/size-llama3.1-70b
+    """
+    from pipeplan.report.sizing import gain_sentence, per_gpu_count_table, top_table, write_size_folder
+    from pipeplan.sizing.study import load_study, run_study
+
+    loaded = load_study(study)
+    _refuse_existing(out, force)
+    with _SizeProgress(not quiet) as progress:
+        result = run_study(loaded, time_limit_s=time_limit, progress=progress)
+        if out is not None:
+            write_size_folder(out, force, result, top)
+    console = _console()
+    console.print(top_table(f"{loaded.name}: top {top} configurations that fit", result.frame, top))
+    if result.frame["num_gpus"].nunique() > 1:
+        console.print(per_gpu_count_table("the best configuration at each GPU count", result.frame))
+    console.print(gain_sentence(result.gain_label, result.baseline, result.optimal), soft_wrap=True)
+    skipped = int(result.frame["skipped"].notna().sum())
+    over = int((result.frame["skipped"].isna() & ~result.frame["fits"]).sum())
+    console.print(f"{len(result.frame)} rows: {int(result.frame['fits'].sum())} fit, {over} over memory, "
+                  f"{skipped} skipped (see sweep.csv)", style="dim", soft_wrap=True)
+    if out is not None:
+        console.print(f"wrote {out}/sweep.csv, report.html, best.yaml")
+
+
+@cli.command("presets", short_help="List the model and hardware presets of 'pipeplan size'.")
+@click.argument("study", type=click.Path(dir_okay=False, path_type=str), required=False)
+@_debug_option
+def presets_cmd(study: str | None) -> None:
+    """List the model and hardware presets a study file may name, with their main numbers.
+
+    With STUDY, print instead every field of the model and hardware that study resolves to (presets with their
+    overrides), and where the numbers come from.
+
+    \b
+    Example (without STUDY, the list of presets):
+      pipeplan presets models/size-llama3.1-70b.yaml
+    """
+    from dataclasses import asdict
+
+    from pipeplan.sizing import load_hardware, load_model
+    from pipeplan.sizing.hardware import hardware_presets
+    from pipeplan.sizing.models import model_presets
+
+    if study is not None:
+        from pipeplan.sizing.study import load_study
+
+        kwargs = load_study(study).sweep_kwargs
+        for title, record in (("model", asdict(load_model(kwargs["model"]))),
+                              ("hardware", asdict(load_hardware(kwargs["hardware"])))):
+            click.echo(f"{title}:")
+            for key, value in record.items():
+                click.echo(f"  {key}: {value}")
+        return
+    click.echo("models:")
+    for name in model_presets():
+        m = load_model(name)
+        click.echo(f"  {name:14s} {m.num_params / 1e9:6.1f}B params, {m.num_layers} layers, hidden {m.hidden_size}, "
+                   f"{m.num_attention_heads} heads ({m.num_kv_heads} KV), vocab {m.vocab_size}")
+    click.echo("hardware:")
+    for name in hardware_presets():
+        h = load_hardware(name)
+        click.echo(f"  {name:10s} {h.peak_tflops:g} TFLOP/s bf16, {h.memory_gib:g} GiB, HBM {h.memory_bandwidth_gbs:g} "
+                   f"GB/s, {h.gpus_per_node} per node, links {h.intra_node_bandwidth_gbs:g}/"
+                   f"{h.inter_node_bandwidth_gbs:g} GB/s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

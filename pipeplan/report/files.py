@@ -91,7 +91,7 @@ def _umask() -> int:
 
 
 # A folder holding one of these is a pipeplan result folder, which --force may replace.
-RESULT_MARKERS = ("summary.json", "frontier.csv")
+RESULT_MARKERS = ("summary.json", "frontier.csv", "sweep.csv")
 
 
 def is_result_folder(path: Path) -> bool:

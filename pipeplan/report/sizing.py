@@ -1,0 +1,245 @@
+"""What ``pipeplan size`` shows: the top configurations as a terminal table and ``report.html``.
+
+The page is self-contained (plotly.js embedded once): tokens/s of every configuration by schedule, the memory
+breakdown of the top configurations against the GPU's capacity, and the best plan's Gantt chart and live
+activation memory (the figures of :mod:`pipeplan.report.figures`, on the best plan's replay).
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+import yaml
+from plotly.offline import get_plotlyjs
+from rich.table import Table
+
+from pipeplan import __version__
+from pipeplan.config import SolverSettings, Units
+from pipeplan.report.figures import gantt, memory_figure, schedule_colours
+from pipeplan.report.files import config_record, write_folder
+from pipeplan.simulate import Timeline
+from pipeplan.sizing.study import StudyResult
+from pipeplan.sizing.sweep import candidate_label
+
+REPORT_NAME = "report.html"
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 24px auto;
+       max-width: 1400px; padding: 0 16px; color: #222; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 0.6em 0; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ccc; padding: 4px 8px; white-space: nowrap; } th { background: #f3f3f3; }
+td.num { text-align: right; } table.study td { white-space: normal; }
+tr.best td { background: #e3f4e6; font-weight: bold; }
+.note { color: #555; font-size: 0.92em; } footer { margin-top: 3em; color: #777; font-size: 0.85em; }
+"""
+
+# Columns of the top-configurations table: (column, header, format).
+TOP_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("num_gpus", "GPUs", "{:d}"), ("tensor_parallel", "TP", "{:d}"), ("pipeline_parallel", "PP", "{:d}"),
+    ("data_parallel", "DP", "{:d}"), ("microbatch_size", "mbs", "{:d}"), ("num_microbatches", "N", "{:d}"),
+    ("num_chunks", "v", "{:d}"), ("recompute", "recompute", "{}"), ("schedule", "schedule", "{}"),
+    ("tokens_per_s", "tokens/s", "{:,.0f}"), ("mfu", "MFU", "{:.1%}"), ("bubble", "bubble", "{:.1%}"),
+    ("step_time_s", "step (s)", "{:.2f}"), ("memory_gib", "memory (GiB)", "{:.1f}"),
+)
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if fmt == "{:d}":
+        return fmt.format(int(value))
+    return fmt.format(value)
+
+
+def top_rows(frame: pd.DataFrame, top: int) -> pd.DataFrame:
+    """The ``top`` fastest rows that fit."""
+    return frame[frame["fits"]].head(top)
+
+
+def top_table(title: str, frame: pd.DataFrame, top: int) -> Table:
+    """The ``top`` fastest fitting configurations as a rich table, the best one marked."""
+    table = Table(title=title, header_style="bold")
+    for _, header, _ in TOP_COLUMNS:
+        table.add_column(header, justify="left" if header in ("recompute", "schedule") else "right", no_wrap=True)
+    for i, (_, row) in enumerate(top_rows(frame, top).iterrows()):
+        table.add_row(*[_cell(row[column], fmt) for column, _, fmt in TOP_COLUMNS],
+                      style="bold green" if i == 0 else None)
+    return table
+
+
+def best_per_gpu_count(frame: pd.DataFrame) -> pd.DataFrame:
+    """The fastest fitting row for each GPU count, fewest GPUs first."""
+    fitting = frame[frame["fits"]]
+    return fitting.sort_values("tokens_per_s", ascending=False).groupby("num_gpus", sort=True).head(1).sort_values(
+        "num_gpus")
+
+
+def per_gpu_count_table(title: str, frame: pd.DataFrame) -> Table:
+    """The best configuration at each GPU count as a rich table (tokens/s also per GPU)."""
+    table = Table(title=title, header_style="bold")
+    for _, header, _ in TOP_COLUMNS:
+        table.add_column(header, justify="left" if header in ("recompute", "schedule") else "right", no_wrap=True)
+    table.add_column("tokens/s/GPU", justify="right")
+    for _, row in best_per_gpu_count(frame).iterrows():
+        table.add_row(*[_cell(row[column], fmt) for column, _, fmt in TOP_COLUMNS],
+                      f"{row['tokens_per_s'] / row['num_gpus']:,.0f}")
+    return table
+
+
+def gain_sentence(label: str, baseline: dict[str, Any], optimal: dict[str, Any]) -> str:
+    """One sentence: the optimal schedule against 1F1B on the configuration ``label``."""
+    gain = optimal["tokens_per_s"] / baseline["tokens_per_s"] - 1.0
+    status = optimal["status"] or "-"
+    gap = optimal["gap"]
+    proof = f"{status}, gap {gap:.1%}" if gap is not None else status
+    fit = "" if optimal["fits"] and baseline["fits"] else " (one of them does not fit the memory)"
+    return (f"optimal schedule on {label}: {optimal['tokens_per_s']:,.0f} tokens/s against 1F1B's "
+            f"{baseline['tokens_per_s']:,.0f} ({gain:+.1%}; optimizer {proof}){fit}")
+
+
+def _figure(fig: go.Figure, div_id: str) -> str:
+    fig.update_layout(autosize=True, margin={"l": 70, "r": 30, "t": 60, "b": 50})
+    body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, default_width="100%",
+                       default_height=f"{fig.layout.height or 450}px",
+                       config={"displaylogo": False, "responsive": True})
+    return f'<div class="figure">{body}</div>'
+
+
+def throughput_figure(frame: pd.DataFrame) -> go.Figure:
+    """Tokens/s of every configuration that ran, a marker per schedule; hollow markers do not fit memory."""
+    ran = frame[frame["skipped"].isna()].copy()
+    ran["label"] = [candidate_label(row) for _, row in ran.iterrows()]
+    order = list(dict.fromkeys(ran.sort_values("tokens_per_s", ascending=False)["label"]))
+    names = list(dict.fromkeys(ran["schedule"]))
+    colours = schedule_colours(names)
+    fig = go.Figure()
+    for name in names:
+        part = ran[ran["schedule"] == name]
+        fig.add_trace(go.Scatter(
+            x=part["label"], y=part["tokens_per_s"], mode="markers", name=name,
+            marker={"color": colours[name], "size": 9, "symbol": ["circle" if f else "circle-open" for f in
+                                                                   part["fits"]]},
+            customdata=list(zip(part["mfu"], part["memory_gib"], part["fits"])),
+            hovertemplate=f"{name}<br>%{{x}}<br>%{{y:,.0f}} tokens/s<br>MFU %{{customdata[0]:.1%}}<br>"
+                          "memory %{customdata[1]:.1f} GiB<br>fits %{customdata[2]}<extra></extra>",
+        ))
+    # Beyond this many configurations the axis labels overlap; hovering names each point.
+    readable = len(order) <= 40
+    fig.update_layout(title="Tokens/s of every configuration by schedule (hollow: does not fit memory)",
+                      xaxis={"title": None if readable else f"{len(order)} configurations, fastest first (hover "
+                             "for each)", "categoryorder": "array", "categoryarray": order, "tickangle": -45,
+                             "showticklabels": readable},
+                      yaxis={"title": "tokens/s (higher is better)", "rangemode": "tozero"}, height=560)
+    return fig
+
+
+def memory_breakdown_figure(frame: pd.DataFrame, top: int) -> go.Figure:
+    """Peak memory per GPU of the top fitting rows: static state, live activations and the reserve, stacked,
+    against the GPU's capacity."""
+    rows = top_rows(frame, top)
+    labels = [f"{candidate_label(row)} {row['schedule']}" for _, row in rows.iterrows()]
+    fig = go.Figure()
+    parts = (("static_memory_gib", "weights, gradients, optimizer (+ workspace)", "#4C78A8"),
+             ("activation_memory_gib", "live activations (peak)", "#F58518"),
+             ("reserve_gib", "reserve (CUDA context, NCCL, fragmentation)", "#BBBBBB"))
+    for column, name, colour in parts:
+        values = rows[column] if column in rows else [0.0] * len(rows)
+        fig.add_trace(go.Bar(x=labels, y=values, name=name, marker={"color": colour},
+                             hovertemplate="%{x}<br>%{y:.1f} GiB<extra>" + name + "</extra>"))
+    if len(rows):
+        fig.add_hline(y=float(rows["capacity_gib"].iloc[0]), line={"dash": "dash", "color": "black"},
+                      annotation_text="GPU capacity", annotation_position="top left")
+    fig.update_layout(barmode="stack", title=f"Memory per GPU of the top {len(rows)} configurations",
+                      yaxis={"title": "GiB"}, xaxis={"tickangle": -30}, height=520)
+    return fig
+
+
+def _top_html(frame: pd.DataFrame, top: int, rows: pd.DataFrame | None = None) -> str:
+    """The top rows as an HTML table, the best marked; or ``rows`` as given, unmarked."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in TOP_COLUMNS)
+    body = []
+    shown = top_rows(frame, top) if rows is None else rows
+    for i, (_, row) in enumerate(shown.iterrows()):
+        cells = "".join(f'<td class="num">{html.escape(_cell(row[c], f))}</td>' for c, _, f in TOP_COLUMNS)
+        body.append(f'<tr class="{"best" if i == 0 and rows is None else ""}">{cells}</tr>')
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def build_report(name: str, frame: pd.DataFrame, top: int, best_timeline: Timeline, headline: str,
+                 gain: str | None, settings: dict[str, str]) -> str:
+    """The report page of a sizing sweep (``frame`` with reserve_gib filled in)."""
+    skipped = frame[frame["skipped"].notna()]
+    reasons = skipped["skipped"].value_counts()
+    reason_items = "".join(f"<li>{html.escape(str(r))}: {n} rows</li>" for r, n in reasons.items())
+    setting_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in
+                           settings.items())
+    timeline_fig = gantt(best_timeline, title=f"best plan: {best_timeline.schedule.name}", time_unit="s")
+    memory_fig = memory_figure(best_timeline, title="best plan: live activation memory per device (budget dashed)",
+                               time_unit="s", memory_unit="bytes")
+    memory_fig.update_yaxes(tickformat="~s")  # 40G rather than plotly's default 40B (billions) of bytes
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>pipeplan size: {html.escape(name)}</title>", f"<style>{_STYLE}</style>",
+        f'<script type="text/javascript">{get_plotlyjs()}</script>', "</head><body>",
+        f"<h1>pipeplan size: {html.escape(name)}</h1>", f'<p class="lead">{html.escape(headline)}</p>',
+    ]
+    if gain:
+        parts.append(f"<p>{html.escape(gain)}</p>")
+    parts += [
+        "<h2>The study</h2>", f'<table class="study">{setting_rows}</table>',
+        f"<h2>Top {top} configurations that fit</h2>", _top_html(frame, top),
+        "<h2>The best configuration at each GPU count</h2>", _top_html(frame, top, best_per_gpu_count(frame)),
+        '<p class="note">tokens/s = global batch x sequence length / step time; step time = the replayed '
+        "pipeline (or the optimizer's schedule) + the data-parallel gradient sync not hidden + the optimizer step. "
+        "MFU counts model FLOPs as Megatron-LM does (no recompute).</p>",
+        "<h2>Throughput</h2>", _figure(throughput_figure(frame), "throughput"),
+        "<h2>Memory</h2>", _figure(memory_breakdown_figure(frame, top), "memory-breakdown"),
+        "<h2>The best plan</h2>", _figure(timeline_fig, "gantt-best"), _figure(memory_fig, "memory-best"),
+    ]
+    if reason_items:
+        parts.append(f'<h2>Skipped combinations</h2><ul class="note">{reason_items}</ul>')
+    parts += [f"<footer>Made by pipeplan {html.escape(__version__)}; every row is in sweep.csv, the best plan's "
+              "pipeline problem in best.yaml (run <code>pipeplan solve best.yaml</code>).</footer>",
+              "</body></html>"]
+    return "\n".join(parts) + "\n"
+
+
+def best_config_text(result: StudyResult) -> str:
+    """``best.yaml``: the best plan's pipeline problem as an ordinary pipeplan config (seconds, bytes)."""
+    best = result.best
+    problem = best["problem"]
+    name = f"{result.study.name}: {candidate_label(best)} {best['schedule']}"
+    settings = SolverSettings(time_limit_s=result.study.time_limit_s)
+    record = config_record(name, problem, settings, Units(time="s", memory="bytes"))
+    header = (f"# The best plan of pipeplan size ({best['schedule']}: {best['tokens_per_s']:,.0f} tokens/s, "
+              f"{best['memory_gib']:.1f} GiB per GPU).\n# Times in seconds, memory in bytes; the budget is the "
+              "activation memory left per pipeline device. Run: pipeplan solve best.yaml\n")
+    return header + yaml.safe_dump(record, sort_keys=False, width=120)
+
+
+def write_size_folder(out: Path, force: bool, result: StudyResult, top: int) -> None:
+    """Write sweep.csv, report.html and best.yaml to ``out`` atomically (nothing is left on error)."""
+    frame = result.frame.copy()
+    frame["reserve_gib"] = result.best["reserve_gib"]
+    headline = (f"Best: {candidate_label(result.best)} with {result.best['schedule']}: "
+                f"{result.best['tokens_per_s']:,.0f} tokens/s, MFU {result.best['mfu']:.1%}, "
+                f"{result.best['memory_gib']:.1f} GiB per GPU of {result.best['capacity_gib']:.0f}.")
+    kwargs = result.study.sweep_kwargs
+    settings = {key: str(kwargs[key]) for key in ("model", "hardware", "num_gpus", "global_batch_size", "seq_len")}
+    settings["searched"] = ", ".join(f"{k}={kwargs[k]}" for k in ("tensor_parallel", "pipeline_parallel",
+                                                                   "microbatch_size", "num_chunks", "recompute",
+                                                                   "schedules") if k in kwargs)
+    page = build_report(result.study.name, frame, top, result.best["timeline"], headline,
+                        gain_sentence(result.gain_label, result.baseline, result.optimal), settings)
+
+    def fill(folder: Path) -> None:
+        result.frame.to_csv(folder / "sweep.csv", index=False)
+        (folder / REPORT_NAME).write_text(page, encoding="utf-8")
+        (folder / "best.yaml").write_text(best_config_text(result), encoding="utf-8")
+
+    write_folder(out, force, fill)

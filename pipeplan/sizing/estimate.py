@@ -1,0 +1,204 @@
+"""One configuration: build its pipeline problem, replay (or optimize) its schedule, and report throughput.
+
+Sizing has no timing code of its own: the step's pipeline part is the simulator's makespan of the named
+schedule (or of the CP-SAT optimum), to which the data-parallel gradient sync that is not hidden and the
+optimizer step are added.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pipeplan.metrics import Metrics, compute_metrics
+from pipeplan.problem import ConfigError
+from pipeplan.schedule import NotApplicable, Schedule
+from pipeplan.schedules import generate, get
+from pipeplan.simulate import Timeline, simulate
+from pipeplan.sizing import costs
+from pipeplan.sizing.build import VARIANTS, SizedProblem, build_problem, optimizer_variant
+from pipeplan.sizing.hardware import GIB, Hardware, load_hardware
+from pipeplan.sizing.models import Model, load_model
+from pipeplan.sizing.setup import Setup, constraint_violation
+from pipeplan.solver import InfeasibleBudget, solve
+
+log = logging.getLogger(__name__)
+
+OPTIMAL = "optimal"
+
+
+def check_schedule(name: str) -> None:
+    """Raise :class:`ConfigError` listing the valid names unless ``name`` is a registered schedule or
+    "optimal"."""
+    if name != OPTIMAL:
+        try:
+            get(name)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}, {OPTIMAL}") from None
+
+
+def place_named(schedule: str, num_chunks: int, build: Callable[[bool, str], SizedProblem],
+                placement: str | None = None) -> tuple[SizedProblem, Schedule]:
+    """The problem a named schedule runs on and its orders, generated as a framework runs it.
+
+    Tries the :data:`~pipeplan.sizing.build.VARIANTS` in order (only ``placement`` when given) and keeps the
+    first the generator accepts; ``build(split_backward, placement)`` makes each. The schedule is generated
+    without the budget (Megatron-LM's 1F1B warms up P - r - 1 microbatches whatever the memory). Raises the
+    first variant's :class:`NotApplicable` when none applies.
+    """
+    first: NotApplicable | None = None
+    for split, where in VARIANTS:
+        if (placement is not None and where != placement) or (where == "v" and num_chunks != 2):
+            continue
+        sized = build(split, where)
+        try:
+            return sized, generate(schedule, sized.problem.with_budget(None))
+        except NotApplicable as exc:
+            first = first or exc
+    assert first is not None, "every schedule applies to some variant"
+    raise first
+
+
+def run_named(sized: SizedProblem, schedule: Schedule) -> tuple[Timeline, Metrics]:
+    """Replay a named schedule's orders under the budget: it fits when its peaks are within it."""
+    timeline = simulate(sized.problem, schedule)
+    return timeline, compute_metrics(timeline)
+
+
+def run_optimal(sized: SizedProblem, time_limit_s: float, num_workers: int | None,
+                random_seed: int) -> tuple[Timeline, Metrics, str, float | None]:
+    """(timeline, metrics, solver status, gap) of the optimizer on the problem, searching within the budget."""
+    problem = sized.problem
+    if not sized.fits_one_microbatch:
+        timeline = simulate(problem, generate("gpipe", problem))
+        return timeline, compute_metrics(timeline), "not solved (does not fit)", None
+    try:
+        result = solve(problem, time_limit_s=time_limit_s, num_workers=num_workers, random_seed=random_seed)
+    except InfeasibleBudget as exc:
+        log.info("optimizer: %s", exc)
+        timeline = simulate(problem, generate("gpipe", problem))
+        return timeline, compute_metrics(timeline), "infeasible", None
+    return result.timeline, result.metrics, result.status, result.gap
+
+
+def estimate(
+    *,
+    model: object,
+    hardware: object,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    data_parallel: int = 1,
+    microbatch_size: int = 1,
+    global_batch_size: int,
+    seq_len: int,
+    num_chunks: int = 1,
+    recompute: str = "selective",
+    sequence_parallel: bool = True,
+    schedule: str = "1f1b",
+    flash_attention: bool = True,
+    distributed_optimizer: bool = True,
+    overlap_grad_sync: bool = True,
+    layers_per_stage: Sequence[int] | None = None,
+    balanced: bool = False,
+    placement: str | None = None,
+    time_limit_s: float = 10.0,
+    num_workers: int | None = None,
+    random_seed: int = 0,
+) -> dict[str, Any]:
+    """Estimate one training configuration: step time, throughput, MFU and memory per GPU.
+
+    ``model`` and ``hardware`` are preset names, mappings or YAML files (see :func:`load_model`,
+    :func:`load_hardware`). ``schedule`` is a registered schedule name or "optimal" (CP-SAT within
+    ``time_limit_s`` seconds). A named schedule runs as frameworks run it (its warm-up does not shrink to fit
+    the memory; if its peak is over the budget, ``fits`` is false); the optimizer searches within the budget.
+    A named schedule runs on the fused backward when its generator accepts it (as Megatron-LM runs 1F1B), else
+    on a split backward (B, W) in loop placement, else in V placement; ``placement`` restricts that choice. The
+    optimizer runs a split backward, in V placement with 2 chunks.
+
+    Returns a dict with ``step_time_s``, ``tokens_per_s``, ``tflops_per_gpu`` (model FLOPs as Megatron-LM counts
+    them, no recompute), ``mfu``, ``bubble`` (of the pipeline), ``memory_gib`` (peak per GPU: static state,
+    workspace and live activations), ``static_memory_gib``, ``activation_memory_gib``, ``fits`` (within the
+    GPU's capacity minus its reserve), the parallel sizes, ``num_microbatches``, ``status`` and ``gap`` (for
+    "optimal"), ``note`` (why it does not fit), and the ``problem``, ``timeline`` and ``sized`` records.
+    Raises :class:`ConfigError` (a ``ValueError``) for input that cannot run, naming the constraint.
+    """
+    model_rec = load_model(model)
+    hardware_rec = load_hardware(hardware)
+    check_schedule(schedule)
+    setup = Setup(
+        tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, data_parallel=data_parallel,
+        microbatch_size=microbatch_size, global_batch_size=global_batch_size, seq_len=seq_len,
+        num_chunks=num_chunks, recompute=recompute, sequence_parallel=sequence_parallel,
+        flash_attention=flash_attention, distributed_optimizer=distributed_optimizer,
+        overlap_grad_sync=overlap_grad_sync,
+    )
+    reason = constraint_violation(model_rec, hardware_rec, setup,
+                                  even_split=layers_per_stage is None and not balanced)
+    if reason is not None:
+        raise ConfigError(f"this configuration cannot run: {reason}")
+
+    def build(split: bool, where: str) -> SizedProblem:
+        return build_problem(model_rec, hardware_rec, setup, split_backward=split, placement=where,
+                             layers_per_stage=layers_per_stage, balanced=balanced)
+
+    if schedule == OPTIMAL:
+        split, where = optimizer_variant(num_chunks)
+        sized = build(split, placement or where)
+        timeline, metrics, status, gap = run_optimal(sized, time_limit_s, num_workers, random_seed)
+    else:
+        sized, orders = place_named(schedule, num_chunks, build, placement)
+        timeline, metrics = run_named(sized, orders)
+        status, gap = "", None
+    return summarize(sized, setup, model_rec, hardware_rec, schedule, timeline, metrics, status, gap)
+
+
+def summarize(sized: SizedProblem, setup: Setup, model: Model, hardware: Hardware, schedule: str,
+              timeline: Timeline, metrics: Metrics, status: str, gap: float | None) -> dict[str, Any]:
+    """The result record of one configuration and schedule (see :func:`estimate`)."""
+    devices = range(setup.pipeline_parallel)
+    exposed = [
+        max(0.0, sized.grad_sync_s[d] - (sized.last_backward_s[d] if setup.overlap_grad_sync else 0.0))
+        for d in devices
+    ]
+    step = metrics.makespan + max(exposed) + max(sized.optimizer_s)
+    totals = [sized.static_bytes[d] + sized.workspace_bytes[d] + metrics.peak_memory_per_device[d] for d in devices]
+    worst = max(devices, key=lambda d: totals[d])
+    tokens = setup.global_batch_size * setup.seq_len
+    tflops = costs.model_flops_per_step(model, setup) / (step * setup.num_gpus) / 1e12
+    fits = sized.fits_one_microbatch and metrics.feasible
+    note = sized.note
+    if not note and not metrics.feasible:
+        note = (f"{schedule} keeps {metrics.peak_memory / GIB:.1f} GiB of activations live, over the "
+                f"{min(sized.budget_bytes) / GIB:.1f} GiB left")
+    return {
+        "schedule": schedule,
+        "tensor_parallel": setup.tensor_parallel,
+        "pipeline_parallel": setup.pipeline_parallel,
+        "data_parallel": setup.data_parallel,
+        "num_gpus": setup.num_gpus,
+        "microbatch_size": setup.microbatch_size,
+        "num_microbatches": setup.num_microbatches,
+        "num_chunks": setup.num_chunks,
+        "recompute": setup.recompute,
+        "step_time_s": step,
+        "tokens_per_s": tokens / step,
+        "tflops_per_gpu": tflops,
+        "mfu": tflops * 1e12 / (hardware.peak_tflops * 1e12),
+        "bubble": metrics.bubble,
+        "pipeline_time_s": metrics.makespan,
+        "grad_sync_exposed_s": max(exposed),
+        "optimizer_s": max(sized.optimizer_s),
+        "memory_gib": totals[worst] / GIB,
+        "static_memory_gib": (sized.static_bytes[worst] + sized.workspace_bytes[worst]) / GIB,
+        "activation_memory_gib": metrics.peak_memory_per_device[worst] / GIB,
+        "capacity_gib": sized.capacity_bytes / GIB,
+        "reserve_gib": sized.reserve_bytes / GIB,
+        "fits": fits,
+        "status": status,
+        "gap": gap,
+        "note": note,
+        "problem": sized.problem,
+        "timeline": timeline,
+        "sized": sized,
+    }

@@ -1,0 +1,107 @@
+"""An accelerator's numbers: the hardware record of sizing, from a preset name, a mapping or a YAML file.
+
+Every field can be overridden (a mapping with ``preset:`` and the fields to change). Units: TFLOP/s (1e12),
+GiB (2**30 bytes) for capacities, GB/s (1e9 bytes/s) per GPU and per direction for bandwidths, microseconds
+for latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, fields
+
+from pipeplan.problem import ConfigError
+from pipeplan.sizing.records import check_fields, positive_number, presets, resolve
+
+GIB = 2**30
+
+HARDWARE_FIELDS = ("peak_tflops", "memory_gib", "memory_bandwidth_gbs", "intra_node_bandwidth_gbs",
+                   "inter_node_bandwidth_gbs", "gpus_per_node", "matmul_efficiency", "memory_efficiency",
+                   "link_efficiency", "link_latency_us", "memory_reserve_gib", "source")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One GPU model and the node it sits in, validated when built."""
+
+    name: str
+    peak_tflops: float
+    """Dense bf16/fp16 tensor-core peak, TFLOP/s."""
+    memory_gib: float
+    """Memory capacity per GPU, GiB."""
+    memory_bandwidth_gbs: float
+    """HBM bandwidth, GB/s."""
+    intra_node_bandwidth_gbs: float
+    """Per-GPU bandwidth to the other GPUs of its node (NVLink/xGMI), GB/s each way."""
+    inter_node_bandwidth_gbs: float
+    """Per-GPU bandwidth to other nodes (InfiniBand/RoCE), GB/s each way."""
+    gpus_per_node: int
+    """GPUs that share the intra-node fabric; tensor parallelism stays within a node."""
+    matmul_efficiency: float = 0.78
+    """Fraction of the peak that large matrix multiplies reach."""
+    memory_efficiency: float = 0.53
+    """Fraction of the HBM bandwidth that memory-bound kernels (norms, dropout, activations, softmax) reach."""
+    link_efficiency: float = 0.75
+    """Fraction of a link's bandwidth that collectives and transfers reach."""
+    link_latency_us: float = 10.0
+    """Fixed cost of one transfer or collective step, microseconds."""
+    memory_reserve_gib: float = 3.0
+    """Memory not available to the model: CUDA context, NCCL buffers, allocator fragmentation, GiB."""
+    source: str = ""
+    """Where the numbers come from (datasheet)."""
+
+    def __post_init__(self) -> None:
+        for name in ("peak_tflops", "memory_gib", "memory_bandwidth_gbs", "intra_node_bandwidth_gbs",
+                     "inter_node_bandwidth_gbs"):
+            positive_number("hardware", name, getattr(self, name))
+        positive_number("hardware", "gpus_per_node", self.gpus_per_node, whole=True)
+        for name in ("matmul_efficiency", "memory_efficiency", "link_efficiency"):
+            positive_number("hardware", name, getattr(self, name))
+            if getattr(self, name) > 1:
+                raise ConfigError(f"hardware.{name} is a fraction of the peak, at most 1; got {getattr(self, name)}")
+        positive_number("hardware", "link_latency_us", self.link_latency_us, allow_zero=True)
+        positive_number("hardware", "memory_reserve_gib", self.memory_reserve_gib, allow_zero=True)
+        if self.memory_reserve_gib >= self.memory_gib:
+            raise ConfigError(f"hardware.memory_reserve_gib ({self.memory_reserve_gib}) must be below "
+                              f"hardware.memory_gib ({self.memory_gib})")
+
+    @property
+    def matmul_flops(self) -> float:
+        """FLOP/s large matrix multiplies reach."""
+        return self.peak_tflops * 1e12 * self.matmul_efficiency
+
+    @property
+    def memory_bytes_per_s(self) -> float:
+        """Bytes/s memory-bound kernels reach."""
+        return self.memory_bandwidth_gbs * 1e9 * self.memory_efficiency
+
+    def link_bytes_per_s(self, inter_node: bool) -> float:
+        """Bytes/s a transfer or collective reaches over the intra- or inter-node link."""
+        gbs = self.inter_node_bandwidth_gbs if inter_node else self.intra_node_bandwidth_gbs
+        return gbs * 1e9 * self.link_efficiency
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.memory_gib * GIB
+
+    @property
+    def reserve_bytes(self) -> float:
+        return self.memory_reserve_gib * GIB
+
+
+def hardware_presets() -> list[str]:
+    """Names of the shipped hardware presets."""
+    return list(presets("hardware"))
+
+
+def load_hardware(value: object) -> Hardware:
+    """A :class:`Hardware` from a preset name, a mapping (with optional ``preset:`` to start from) or a YAML
+    file; a missing field is named."""
+    if isinstance(value, Hardware):
+        return value
+    name, data = resolve(value, "hardware", "hardware")
+    check_fields("hardware", data, HARDWARE_FIELDS)
+    required = [f.name for f in fields(Hardware) if f.name != "name" and f.default is MISSING]
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise ConfigError(f"hardware.{missing[0]} is missing; hardware needs {', '.join(required)}")
+    return Hardware(name=name, **data)

@@ -1,0 +1,111 @@
+"""Memory per GPU in bytes: static state (weights, gradients, optimizer) and activations per microbatch.
+
+The one place where shapes become bytes.
+
+- Static: mixed-precision Adam as Megatron-LM keeps it: bf16 weights (2 bytes), fp32 gradients (4) and fp32
+  master weights plus two moments (12): 18 bytes per parameter; a distributed optimizer shards the 12 over
+  the d data-parallel ranks: 6 + 12/d.
+- Activations of one layer per microbatch (Korthikanti et al. 2022, generalised to grouped-query attention and
+  any MLP width): per token 2 bytes for each of the layernorm inputs (2 x h), QKV input (h), Q (h), K and V
+  (kv each), the output projection's input (h), the MLP input (h), the MLP's hidden values (ffn, or 2 ffn gated,
+  before the activation and ffn after it), and a one-byte dropout mask after attention and after the MLP. For
+  a GPT layer that is 34 h bytes per token. Without a fused attention kernel the scores add 5 a s bytes per
+  token (softmax output, dropout mask and output). Tensor parallelism splits all but the layernorm/dropout
+  part and the QKV/MLP inputs (10 h); sequence parallelism splits those too.
+- Recompute: 'selective' drops the scores term; 'full' keeps only each layer's input (2 h per token) and
+  rebuilds one layer's activations at a time during its backward (counted as workspace).
+- Split backward (Zero Bubble, Qi et al. 2024): after B, W still needs the weight matrix multiplies' inputs and
+  output gradients (32 h bytes per token for a GPT layer): ``weight_activation``.
+- First stage: the embedding's dropout mask; last stage: the final layernorm, the head's gathered input and the
+  fp32 logits the cross-entropy keeps for its backward (4 V / t bytes per token, large with 128k vocabularies).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeplan.sizing.costs import ACT_BYTES
+from pipeplan.sizing.models import Model
+from pipeplan.sizing.setup import Setup
+
+
+def bytes_per_param(setup: Setup) -> float:
+    """Static bytes per parameter: 18 (bf16 weight, fp32 grad, fp32 master + two Adam moments), or
+    6 + 12/d when the distributed optimizer shards the fp32 state over the d data-parallel ranks."""
+    if setup.distributed_optimizer:
+        return 6.0 + 12.0 / setup.data_parallel
+    return 18.0
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """Bytes per GPU of one layer for one microbatch."""
+
+    activation: float
+    """Allocated by F, held until B (and partly W) ends."""
+    weight_activation: float
+    """The part of ``activation`` W still needs after B (split backward)."""
+    workspace: float
+    """Transient bytes while the layer's backward runs (full recompute rebuilds the layer's activations)."""
+
+
+def _full_layer_bytes_per_token(model: Model, setup: Setup) -> float:
+    """Activation bytes per token of one layer without recompute, split as tensor/sequence parallelism split
+    them."""
+    h, kv, f, a = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size, model.num_attention_heads
+    t = setup.tensor_parallel
+    # Replicated over the tensor-parallel group unless sequence parallel: layernorm inputs, the QKV and MLP
+    # inputs (the layernorms' outputs), and the two dropout masks.
+    replicated = ACT_BYTES * (2 * h + 2 * h) + 2 * h
+    mlp_hidden = 2 * f if model.gated_mlp else f
+    split = ACT_BYTES * (h + 2 * kv + h + mlp_hidden + f)  # Q, K, V, attention output, MLP hidden values
+    scores = 0.0 if setup.flash_attention else 5.0 * a * setup.seq_len
+    return (replicated / t if setup.sequence_parallel else replicated) + (split + scores) / t
+
+
+def layer_memory(model: Model, setup: Setup) -> LayerMemory:
+    """Activation, weight-gradient share and workspace of one layer per microbatch, bytes per GPU."""
+    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    t = setup.tensor_parallel
+    tokens = setup.tokens_per_microbatch
+    full = tokens * _full_layer_bytes_per_token(model, setup)
+    if setup.recompute == "none":
+        activation = full
+    elif setup.recompute == "selective":
+        scores = 0.0 if setup.flash_attention else 5.0 * model.num_attention_heads * setup.seq_len / t
+        activation = full - tokens * scores
+    else:
+        activation = tokens * ACT_BYTES * h / (t if setup.sequence_parallel else 1)
+    mlp_hidden = 2 * f if model.gated_mlp else f
+    inputs = ACT_BYTES * (h + h + h + f)  # QKV, output projection, MLP up and down inputs
+    grads = ACT_BYTES * ((h + 2 * kv) + h + mlp_hidden + h)  # gradients of those four outputs
+    weight_activation = min(activation, tokens * (inputs + grads) / t)
+    workspace = full if setup.recompute == "full" else 0.0
+    return LayerMemory(activation, weight_activation, workspace)
+
+
+def embedding_activation(model: Model, setup: Setup) -> float:
+    """Bytes per GPU the first stage keeps per microbatch for the embedding (its dropout mask)."""
+    tokens = setup.tokens_per_microbatch
+    return tokens * model.hidden_size / (setup.tensor_parallel if setup.sequence_parallel else 1)
+
+
+def head_activation(model: Model, setup: Setup) -> float:
+    """Bytes per GPU the last stage keeps per microbatch for the final layernorm, LM head and loss."""
+    tokens = setup.tokens_per_microbatch
+    t = setup.tensor_parallel
+    norm = ACT_BYTES * model.hidden_size / (t if setup.sequence_parallel else 1)
+    head_input = ACT_BYTES * model.hidden_size
+    logits = 4.0 * model.vocab_size / t
+    return tokens * (norm + head_input + logits)
+
+
+def stage_params(model: Model, setup: Setup, num_layers: int, first: bool, last: bool) -> float:
+    """Parameters one GPU holds for a model stage of ``num_layers`` layers (the embedding on the first stage,
+    the LM head on the last; a tied head is a second copy when first and last stages are different GPUs)."""
+    params = num_layers * model.layer_params
+    if first:
+        params += model.embedding_params
+    if last and not (first and model.tied_embeddings):
+        params += model.head_params if not model.tied_embeddings else model.embedding_params
+    return params / setup.tensor_parallel

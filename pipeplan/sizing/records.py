@@ -1,0 +1,90 @@
+"""Preset records shipped inside the package (``presets/*.yaml``) and the one way user input becomes a record.
+
+A model or a hardware description can be given as a preset name, a mapping, or a YAML file; a mapping may
+start from a preset (key ``preset``) and override any field. :func:`resolve` turns all three into one mapping
+that the record's dataclass then validates.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeplan.problem import ConfigError
+
+
+@functools.cache
+def presets(kind: str) -> dict[str, dict[str, Any]]:
+    """The presets of ``kind`` ("models" or "hardware"), keyed by name, as the shipped YAML file holds them."""
+    text = resources.files("pipeplan.sizing").joinpath("presets").joinpath(f"{kind}.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict), f"presets/{kind}.yaml must hold a mapping"
+    return data
+
+
+def _read_yaml(path: Path, what: str) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{what} file {str(path)!r} does not exist; check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {what} file {str(path)!r}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} file {str(path)!r} is not valid YAML: {exc}") from None
+
+
+def resolve(value: object, kind: str, what: str) -> tuple[str, dict[str, Any]]:
+    """(name, fields) of a preset name, a mapping (optionally ``preset:`` plus overrides) or a YAML file path.
+
+    ``what`` names the input in messages ("model", "hardware"). An unknown preset lists the valid ones.
+    """
+    known = presets(kind)
+    if isinstance(value, Path) or (isinstance(value, str) and value.endswith((".yaml", ".yml"))):
+        path = Path(value)
+        data = _read_yaml(path, what)
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{what} file {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
+        name, fields = resolve(dict(data), kind, what)
+        return (name if "preset" in data or "name" in data else path.stem), fields
+    if isinstance(value, str):
+        if value not in known:
+            raise ConfigError(f"unknown {what} preset {value!r}; valid presets: {', '.join(known)} "
+                              f"(or give a mapping of fields, or a YAML file)")
+        return value, dict(known[value])
+    if isinstance(value, Mapping):
+        fields = dict(value)
+        base = fields.pop("preset", None)
+        name = fields.pop("name", None)
+        if base is not None:
+            if not isinstance(base, str):
+                raise ConfigError(f"{what}.preset must be a preset name, got {base!r}")
+            base_name, base_fields = resolve(base, kind, what)
+            merged = {**base_fields, **fields}
+            if "source" not in fields:
+                merged["source"] = base_fields.get("source", "")
+            return str(name or base_name), merged
+        return str(name or f"custom-{what}"), fields
+    raise ConfigError(f"{what} must be a preset name, a mapping of fields or a YAML file, got {value!r}")
+
+
+def check_fields(what: str, fields: Mapping[str, Any], accepted: tuple[str, ...]) -> None:
+    """Raise :class:`ConfigError` for a key that is not a field of the record (a typo would otherwise be lost)."""
+    unknown = [key for key in fields if key not in accepted]
+    if unknown:
+        raise ConfigError(f"unknown {what} field {unknown[0]!r}; valid fields: {', '.join(accepted)}")
+
+
+def positive_number(what: str, name: str, value: object, whole: bool = False, allow_zero: bool = False) -> None:
+    """Raise :class:`ConfigError` naming ``what.name`` unless ``value`` is a positive (or >= 0) number."""
+    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+        kind = "a whole number" if whole else "a number"
+        raise ConfigError(f"{what}.{name} must be {kind}, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or (number < 0 if allow_zero else number <= 0):
+        raise ConfigError(f"{what}.{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")

@@ -1,0 +1,390 @@
+"""Cluster sizing as a library: FLOPs and bytes against hand counts, the built problem against the invariants,
+every named schedule and a short optimal solve within the real budget, the sweep's skipped reasons, and the
+validation table against published runs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from invariants import assert_valid
+
+from pipeplan import NotApplicable, compute_metrics, generate, schedule_names, simulate
+from pipeplan.problem import ConfigError
+from pipeplan.sizing import costs, estimate, load_hardware, load_model, memory, sweep
+from pipeplan.sizing.build import balanced_split, build_problem
+from pipeplan.sizing.hardware import GIB
+from pipeplan.sizing.setup import Setup
+from pipeplan.sizing.sweep import COLUMNS, SweepProgress, require_fitting
+from pipeplan.sizing.validation import RUNS, validation_rows
+
+# A small GPT-style layer: h 64, 4 heads, ffn 4h, vocabulary 100.
+SMALL = {"num_layers": 4, "hidden_size": 64, "ffn_hidden_size": 256, "num_attention_heads": 4,
+         "vocab_size": 100}
+# A tiny model that builds and replays in milliseconds.
+TINY = {"num_layers": 8, "hidden_size": 256, "ffn_hidden_size": 1024, "num_attention_heads": 8, "num_kv_heads": 4,
+        "vocab_size": 1000, "gated_mlp": True}
+
+
+def small_setup(**overrides: Any) -> Setup:
+    values: dict[str, Any] = {"tensor_parallel": 2, "pipeline_parallel": 1, "data_parallel": 1,
+                              "microbatch_size": 2, "global_batch_size": 2, "seq_len": 16, "recompute": "none",
+                              "sequence_parallel": False, "flash_attention": False}
+    values.update(overrides)
+    return Setup(**values)
+
+
+# ------------------------------------------------------------------------------------------- presets
+
+
+def test_every_preset_loads_with_its_published_size_and_a_source() -> None:
+    expected_billions = {"gpt3-175b": 174.6, "llama2-7b": 6.74, "llama2-13b": 13.0, "llama2-70b": 69.0,
+                         "llama3.1-8b": 8.03, "llama3.1-70b": 70.6, "llama3.1-405b": 405.8}
+    for name, billions in expected_billions.items():
+        model = load_model(name)
+        assert model.num_params / 1e9 == pytest.approx(billions, rel=2e-3), name
+        assert model.source
+    for name in ("a100-40gb", "a100-80gb", "h100-80gb", "h200", "b200", "mi300x"):
+        hardware = load_hardware(name)
+        assert hardware.source and hardware.peak_tflops > 0
+
+
+def test_a_mapping_overrides_a_preset_field() -> None:
+    hardware = load_hardware({"preset": "h100-80gb", "matmul_efficiency": 0.6, "memory_gib": 94})
+    assert (hardware.matmul_efficiency, hardware.memory_gib, hardware.peak_tflops) == (0.6, 94, 989)
+    model = load_model({"preset": "llama3.1-8b", "num_layers": 16})
+    assert model.num_layers == 16 and model.num_kv_heads == 8
+
+
+# Bad model and hardware input, each with the text its message must contain.
+BAD_RECORDS: list[tuple[str, Any, str]] = [
+    ("model", "llama-9000", "unknown model preset 'llama-9000'; valid presets: gpt3-175b, llama2-7b"),
+    ("model", {k: v for k, v in SMALL.items() if k != "hidden_size"}, "model.hidden_size is missing"),
+    ("model", {**SMALL, "num_layers": -2}, "model.num_layers must be > 0, got -2"),
+    ("model", {**SMALL, "vocab_size": 1.5}, "model.vocab_size must be a whole number, got 1.5"),
+    ("model", {**SMALL, "hidden": 64}, "unknown model field 'hidden'"),
+    ("model", {**SMALL, "num_kv_heads": 3}, "must be a multiple of model.num_kv_heads (3)"),
+    ("model", "missing-model.yaml", "model file 'missing-model.yaml' does not exist"),
+    ("hardware", "tpu-v5", "unknown hardware preset 'tpu-v5'; valid presets: a100-40gb, a100-80gb, h100-80gb"),
+    ("hardware", {"preset": "h100-80gb", "peak_tflops": -1}, "hardware.peak_tflops must be > 0, got -1"),
+    ("hardware", {"preset": "h100-80gb", "matmul_efficiency": 1.5}, "hardware.matmul_efficiency is a fraction"),
+    ("hardware", {"peak_tflops": 100}, "hardware.memory_gib is missing"),
+]
+
+
+@pytest.mark.parametrize(("kind", "value", "message"), BAD_RECORDS, ids=[str(row[2])[:40] for row in BAD_RECORDS])
+def test_bad_model_or_hardware_names_the_field(kind: str, value: Any, message: str) -> None:
+    loader = load_model if kind == "model" else load_hardware
+    with pytest.raises(ConfigError, match=None) as caught:
+        loader(value)
+    assert message in str(caught.value)
+
+
+def test_a_model_yaml_file_loads(tmp_path: Any) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("preset: llama2-7b\nnum_layers: 8\n", encoding="utf-8")
+    model = load_model(str(path))
+    assert model.num_layers == 8 and model.hidden_size == 4096
+
+
+# --------------------------------------------------------------------------------------------- FLOPs
+
+
+def test_layer_flops_match_a_hand_count() -> None:
+    model = load_model(SMALL)
+    # Weights per layer: Q, K, V, output 4 x 64 x 64 = 16384, MLP 2 x 64 x 256 = 32768: 49152.
+    assert model.layer_params == 49152
+    setup = small_setup()
+    matmul = 2 * 32 * 49152 / 2  # 2 FLOPs per weight per token, 32 tokens, split over 2 GPUs
+    scores = 4 * 2 * 16 * 16 * 64 / 2  # 4 b s^2 h / t
+    flops = costs.layer_flops(model, setup)
+    assert (flops.forward, flops.backward, flops.weight) == (matmul + scores, matmul + 2 * scores, matmul)
+    selective = costs.layer_flops(model, small_setup(recompute="selective"))
+    assert selective.backward == matmul + 3 * scores
+    full = costs.layer_flops(model, small_setup(recompute="full"))
+    assert full.backward == matmul + 2 * scores + matmul + scores
+    flash = costs.layer_flops(model, small_setup(flash_attention=True))
+    assert (flash.forward, flash.backward) == (matmul + scores / 2, matmul + 2.5 * scores / 2)
+
+
+def test_grouped_query_attention_and_gated_mlp_count_their_weights() -> None:
+    model = load_model({**SMALL, "num_kv_heads": 2, "ffn_hidden_size": 128, "gated_mlp": True})
+    # Q and output 2 x 64 x 64, K and V 2 x 64 x 32 (2 heads of 16), MLP 3 x 64 x 128.
+    assert model.layer_params == 8192 + 4096 + 24576
+
+
+def test_model_flops_follow_megatron_and_the_six_n_d_rule() -> None:
+    gpt = load_model({"num_layers": 96, "hidden_size": 12288, "ffn_hidden_size": 49152, "num_attention_heads": 96,
+                      "vocab_size": 51200, "tied_embeddings": True})
+    setup = Setup(8, 8, 1, 1, 64, 2048)
+    b, s, layers, h, v = 64, 2048, 96, 12288, 51200
+    megatron = 72 * b * s * layers * h**2 * (1 + s / (6 * h) + v / (12 * layers * h))
+    assert costs.model_flops_per_step(gpt, setup) == pytest.approx(megatron, rel=1e-9)
+    big = load_model("llama3.1-70b")
+    setup = Setup(8, 8, 1, 1, 1024, 4096)
+    tokens = 1024 * 4096
+    rule = 6 * big.num_params * tokens
+    # Within 10 % of 6 N D: attention scores add, the embedding lookup (no matmul) subtracts.
+    assert costs.model_flops_per_step(big, setup) == pytest.approx(rule, rel=0.10)
+
+
+# -------------------------------------------------------------------------------------------- memory
+
+
+def test_layer_activation_bytes_match_korthikanti() -> None:
+    model = load_model(SMALL)
+    tokens, h, a, s, t = 32, 64, 4, 16, 2
+    plain = memory.layer_memory(model, small_setup())
+    assert plain.activation == tokens * (10 * h + 24 * h / t + 5 * a * s / t)
+    sequence = memory.layer_memory(model, small_setup(sequence_parallel=True))
+    assert sequence.activation == tokens * (34 * h / t + 5 * a * s / t)
+    selective = memory.layer_memory(model, small_setup(sequence_parallel=True, recompute="selective"))
+    assert selective.activation == tokens * 34 * h / t
+    full = memory.layer_memory(model, small_setup(sequence_parallel=True, recompute="full"))
+    assert full.activation == tokens * 2 * h / t
+    assert full.workspace == sequence.activation
+    # Zero Bubble's share kept until W: 32 h bytes per token for a GPT layer.
+    assert selective.weight_activation == tokens * 32 * h / t
+
+
+def test_static_bytes_per_parameter() -> None:
+    assert memory.bytes_per_param(small_setup(distributed_optimizer=False)) == 18
+    assert memory.bytes_per_param(small_setup(distributed_optimizer=True, data_parallel=4,
+                                              global_batch_size=8)) == 6 + 12 / 4
+
+
+def test_budget_is_capacity_minus_reserve_static_and_workspace() -> None:
+    model, hardware = load_model(TINY), load_hardware("a100-40gb")
+    setup = Setup(1, 2, 1, 1, 8, 128, recompute="full")
+    sized = build_problem(model, hardware, setup, split_backward=False)
+    params = memory.stage_params(model, setup, 4, True, False)
+    assert sized.static_bytes[0] == params * 18
+    expected = 40 * GIB - 3 * GIB - sized.static_bytes[0] - sized.workspace_bytes[0]
+    assert sized.budget_bytes[0] == expected
+    assert sized.problem.budget is not None
+    assert sized.problem.budget[0] == math.floor(expected)
+
+
+# --------------------------------------------------------------------------- the problem and schedules
+
+
+def tight_hardware(model: Any, setup: Setup, in_flight: float) -> dict[str, Any]:
+    """An A100 whose memory leaves about ``in_flight`` microbatches of activations on the most loaded device,
+    in either placement."""
+    need = 0.0
+    for placement in ("loop", "v") if setup.num_chunks == 2 else ("loop",):
+        sized = build_problem(model, load_hardware("a100-80gb"), setup, split_backward=True, placement=placement)
+        problem = sized.problem
+        for d in range(problem.num_devices):
+            held = sum(problem.activation[s] for s in problem.stages_on_device(d))
+            need = max(need, sized.static_bytes[d] + sized.workspace_bytes[d] + 3 * GIB + in_flight * held)
+    return {"preset": "a100-80gb", "memory_gib": need / GIB}
+
+
+@pytest.mark.parametrize("chunks", [1, 2])
+@pytest.mark.parametrize("in_flight", [2.5, 100.0])
+def test_every_named_schedule_and_the_optimizer_respect_the_real_budget(chunks: int, in_flight: float) -> None:
+    model = load_model(TINY)
+    setup = Setup(2, 4, 1, 1, 8, 128, num_chunks=chunks)
+    hardware = load_hardware(tight_hardware(model, setup, in_flight))
+    ran = 0
+    for split, placement in ((False, "loop"), (True, "loop"), (True, "v")):
+        if placement == "v" and chunks != 2:
+            continue
+        problem = build_problem(model, hardware, setup, split_backward=split, placement=placement).problem
+        assert problem.budget is not None
+        for name in schedule_names():
+            try:
+                schedule = generate(name, problem)
+            except NotApplicable:
+                continue
+            timeline = simulate(problem, schedule)
+            assert_valid(problem, timeline, compute_metrics(timeline))
+            ran += 1
+    assert ran >= 3
+    result = estimate(model=TINY, hardware=hardware, tensor_parallel=2, pipeline_parallel=4, global_batch_size=8,
+                      seq_len=128, num_chunks=chunks, schedule="optimal", time_limit_s=1.0, num_workers=1)
+    problem = result["problem"]
+    assert_valid(problem, result["timeline"], compute_metrics(result["timeline"]))
+    assert result["fits"] and result["status"] in ("OPTIMAL", "FEASIBLE")
+    budget = problem.budget
+    assert max(compute_metrics(result["timeline"]).peak_memory_per_device) <= max(budget)
+
+
+def test_a_named_schedule_runs_as_frameworks_run_it_and_does_not_fit_a_tight_budget() -> None:
+    setup = Setup(2, 4, 1, 1, 8, 128)
+    hardware = tight_hardware(load_model(TINY), setup, 2.5)
+    kwargs: dict[str, Any] = {"model": TINY, "hardware": hardware, "tensor_parallel": 2, "pipeline_parallel": 4,
+                              "global_batch_size": 8, "seq_len": 128}
+    one_f_one_b = estimate(**kwargs, schedule="1f1b")
+    assert not one_f_one_b["fits"] and "1f1b keeps" in one_f_one_b["note"]
+    # Its warm-up did not shrink: device 0 holds P = 4 microbatches, as Megatron-LM's 1F1B does.
+    problem = one_f_one_b["problem"]
+    assert one_f_one_b["timeline"].problem.budget == problem.budget
+    peak = compute_metrics(one_f_one_b["timeline"]).peak_memory_per_device[0]
+    assert peak == 4 * problem.activation[0]
+    optimal = estimate(**kwargs, schedule="optimal", time_limit_s=1.0, num_workers=1)
+    assert optimal["fits"]
+
+
+def test_estimate_adds_up() -> None:
+    result = estimate(model=TINY, hardware="h100-80gb", tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
+                      microbatch_size=1, global_batch_size=16, seq_len=256, schedule="1f1b")
+    assert result["num_microbatches"] == 8  # 16 sequences / (microbatch 1 x data parallel 2)
+    assert result["tokens_per_s"] == pytest.approx(16 * 256 / result["step_time_s"])
+    assert result["step_time_s"] >= result["pipeline_time_s"]
+    assert result["memory_gib"] == pytest.approx(result["static_memory_gib"] + result["activation_memory_gib"])
+    assert 0 < result["mfu"] < 1 and result["fits"]
+    assert result["tflops_per_gpu"] == pytest.approx(result["mfu"] * 989)
+
+
+def test_uneven_and_balanced_splits() -> None:
+    # The last stage's LM head costs 2.5 layers: the balanced split gives it fewer layers (slowest stage 5).
+    assert balanced_split(16, 4, 1.0, 0.2, 2.5) == [4, 5, 5, 2]
+    assert balanced_split(5, 1, 1.0, 0.0, 0.0) == [5]
+    result = estimate(model="llama3.1-8b", hardware="h100-80gb", tensor_parallel=1, pipeline_parallel=3,
+                      global_batch_size=6, seq_len=1024, balanced=True)
+    assert sum(result["sized"].layers_per_stage) == 32
+    uneven = estimate(model=TINY, hardware="h100-80gb", pipeline_parallel=3, global_batch_size=6, seq_len=64,
+                      layers_per_stage=[2, 3, 3])
+    assert uneven["sized"].layers_per_stage == (2, 3, 3)
+
+
+# Bad configurations through estimate(), each with the text its message must contain.
+BAD_ESTIMATES: list[tuple[dict[str, Any], str]] = [
+    ({"tensor_parallel": 3}, "8 attention heads / 4 KV heads not divisible by tensor parallel 3"),
+    ({"tensor_parallel": 16}, "tensor parallel 16 is larger than a node (8 GPUs)"),
+    ({"pipeline_parallel": 3}, "8 layers not divisible by 3 model stages"),
+    ({"global_batch_size": 7, "data_parallel": 2}, "global batch 7 not divisible by microbatch 1 x data parallel 2"),
+    ({"microbatch_size": 0}, "setup.microbatch_size must be > 0, got 0"),
+    ({"recompute": "some"}, "recompute must be one of none, selective, full, got 'some'"),
+    ({"schedule": "zb-x"}, "unknown schedule 'zb-x'; valid names: gpipe, 1f1b"),
+    ({"pipeline_parallel": 2, "layers_per_stage": [4, 5]}, "layers_per_stage sums to 9, but the model has 8"),
+    ({"pipeline_parallel": 2, "layers_per_stage": [8]}, "layers_per_stage has 1 values; give one per model stage"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_ESTIMATES, ids=[row[1][:40] for row in BAD_ESTIMATES])
+def test_bad_configuration_names_the_constraint(overrides: dict[str, Any], message: str) -> None:
+    kwargs: dict[str, Any] = {"model": TINY, "hardware": "h100-80gb", "global_batch_size": 8, "seq_len": 64}
+    kwargs.update(overrides)
+    with pytest.raises(ConfigError) as caught:
+        estimate(**kwargs)
+    assert message in str(caught.value)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    layers=st.integers(min_value=2, max_value=12),
+    heads=st.sampled_from([4, 8]),
+    kv_divisor=st.sampled_from([1, 2, 4]),
+    head_dim=st.sampled_from([16, 32]),
+    gated=st.booleans(),
+    tp=st.sampled_from([1, 2, 4]),
+    pp=st.integers(min_value=1, max_value=4),
+    chunks=st.sampled_from([1, 2]),
+    mode=st.sampled_from(["none", "selective", "full"]),
+    sequence_parallel=st.booleans(),
+    flash=st.booleans(),
+)
+def test_random_shapes_build_valid_problems(layers: int, heads: int, kv_divisor: int, head_dim: int, gated: bool,
+                                            tp: int, pp: int, chunks: int, mode: str, sequence_parallel: bool,
+                                            flash: bool) -> None:
+    model = load_model({"num_layers": layers, "hidden_size": heads * head_dim, "ffn_hidden_size": 4 * heads * head_dim,
+                        "num_attention_heads": heads, "num_kv_heads": heads // kv_divisor, "vocab_size": 512,
+                        "gated_mlp": gated})
+    if pp * chunks > layers:
+        return
+    setup = Setup(tp, pp, 1, 1, 2 * pp, 64, num_chunks=chunks, recompute=mode, sequence_parallel=sequence_parallel,
+                  flash_attention=flash)
+    sized = build_problem(model, load_hardware("a100-80gb"), setup, split_backward=True, balanced=True)
+    problem = sized.problem
+    assert sum(sized.layers_per_stage) == layers
+    for s in range(problem.num_model_stages):
+        assert problem.forward[s] > 0 and problem.backward_weight[s] > 0
+        assert problem.weight_activation[s] <= problem.activation[s]
+    selective = memory.layer_memory(model, Setup(tp, pp, 1, 1, 2 * pp, 64, recompute="selective",
+                                                 sequence_parallel=sequence_parallel, flash_attention=flash))
+    full = memory.layer_memory(model, Setup(tp, pp, 1, 1, 2 * pp, 64, recompute="full",
+                                            sequence_parallel=sequence_parallel, flash_attention=flash))
+    none = memory.layer_memory(model, Setup(tp, pp, 1, 1, 2 * pp, 64, recompute="none",
+                                            sequence_parallel=sequence_parallel, flash_attention=flash))
+    assert full.activation <= selective.activation <= none.activation
+    name = "zb-v" if chunks == 2 else "zb-h1"
+    placed = build_problem(model, load_hardware("a100-80gb"), setup, split_backward=True,
+                           placement="v" if chunks == 2 else "loop", balanced=True).problem
+    timeline = simulate(placed, generate(name, placed))
+    assert_valid(placed, timeline, compute_metrics(timeline))
+
+
+# --------------------------------------------------------------------------------------------- sweep
+
+
+def test_sweep_rows_columns_order_and_skipped_reasons() -> None:
+    reports: list[SweepProgress] = []
+    frame = sweep(model=TINY, hardware="h100-80gb", num_gpus=[8, 24, 32], global_batch_size=32, seq_len=128,
+                  tensor_parallel=[1, 2, 16], pipeline_parallel=[2, 3], num_chunks=[1, 2],
+                  schedules=["1f1b", "zb-v", "dualpipe-v", "optimal"], time_limit_s=0.5, optimal_top=1,
+                  num_workers=1, progress=reports.append)
+    assert [r.done for r in reports if r.label.startswith("optimizer")] == [1]
+    named = [r for r in reports if not r.label.startswith("optimizer")]
+    assert [r.done for r in named] == list(range(1, named[0].total + 1))
+    assert list(frame.columns) == list(COLUMNS)
+    reasons = set(frame["skipped"].dropna())
+    assert "8 GPUs not divisible by tensor parallel 1 x pipeline parallel 3" in reasons
+    assert "tensor parallel 16 is larger than a node (8 GPUs)" in reasons
+    assert "8 layers not divisible by 6 model stages" in reasons
+    assert "1f1b runs one chunk per device (got num_chunks 2)" in reasons
+    assert any(reason.startswith("zb-v needs num_chunks 2 in V placement") for reason in reasons)
+    assert "not among the top 1 configurations for the optimizer" in reasons
+    fitting = frame[frame["fits"]]
+    assert list(fitting["tokens_per_s"]) == sorted(fitting["tokens_per_s"], reverse=True)
+    assert frame.index[frame["fits"]].max() < frame.index[~frame["fits"]].min()
+    assert (frame[frame["schedule"] == "optimal"]["status"].dropna() != "").all()
+    assert frame[(frame["schedule"] == "dualpipe-v") & (frame["num_chunks"] == 2)]["skipped"].isna().any()
+
+
+def test_worker_processes_give_the_same_rows() -> None:
+    kwargs: dict[str, Any] = {"model": TINY, "hardware": "h100-80gb", "num_gpus": [8, 16], "global_batch_size": 32,
+                              "seq_len": 128, "tensor_parallel": [1, 2], "pipeline_parallel": [2, 4],
+                              "num_chunks": [1, 2], "schedules": ["1f1b", "zb-h1", "interleaved-1f1b", "zb-v"]}
+    one = sweep(**kwargs)
+    two = sweep(**kwargs, processes=2)
+    assert one.equals(two)
+
+
+def test_a_search_space_without_a_valid_combination_names_each_constraint() -> None:
+    frame = sweep(model="llama3.1-70b", hardware="a100-40gb", num_gpus=8, global_batch_size=8, seq_len=4096,
+                  tensor_parallel=[8, 3], pipeline_parallel=[1, 2])
+    with pytest.raises(ConfigError) as caught:
+        require_fitting(frame)
+    message = str(caught.value)
+    assert "no configuration of the search space runs within memory (4 candidates)" in message
+    assert "8 GPUs tp8 pp1 dp1 mbs1 v1 selective: out of memory on pipeline device 0" in message
+    assert ("8 GPUs tp8 pp2 mbs1 v1 selective: 8 GPUs not divisible by tensor parallel 8 x pipeline parallel 2"
+            in message)
+    assert "8 GPUs tp3 pp1 mbs1 v1 selective: 8 GPUs not divisible by tensor parallel 3" in message
+
+
+def test_sweep_rejects_bad_lists() -> None:
+    with pytest.raises(ConfigError, match="recompute must be one of none, selective, full, got 'most'"):
+        sweep(model=TINY, hardware="h100-80gb", num_gpus=8, global_batch_size=8, seq_len=64, recompute=["most"])
+    with pytest.raises(ConfigError, match="tensor_parallel is empty"):
+        sweep(model=TINY, hardware="h100-80gb", num_gpus=8, global_batch_size=8, seq_len=64, tensor_parallel=[])
+
+
+# ---------------------------------------------------------------------------------------- validation
+
+
+# Step-time error of each published run as the README's table prints it (percent, one decimal).
+EXPECTED_ERRORS = [0.1, 2.0, 1.8, 0.2, 9.7, 9.6, 8.9, 4.2, -12.3, -1.3]
+
+
+def test_validation_table_holds_its_errors() -> None:
+    rows = validation_rows()
+    assert [round(100 * row["error"], 1) for row in rows] == pytest.approx(EXPECTED_ERRORS, abs=0.15)
+    checks = [abs(row["error"]) for row, run in zip(rows, RUNS) if run.role == "check"]
+    assert len(checks) == 8 and sum(checks) / len(checks) <= 0.10

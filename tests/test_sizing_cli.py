@@ -1,0 +1,150 @@
+"""``pipeplan size`` and ``pipeplan presets``, run in-process through ``pipeplan.cli.main``: a small study end to
+end (table, gain line, result folder, best.yaml that ``pipeplan solve`` accepts) and every bad study, each
+matched to its message, with exit status 2, no traceback and nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from pipeplan import load_config
+from pipeplan.cli import USER_ERROR, main
+from pipeplan.sizing.study import load_study
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TINY_MODEL = {"num_layers": 8, "hidden_size": 256, "ffn_hidden_size": 1024, "num_attention_heads": 8,
+              "num_kv_heads": 4, "vocab_size": 1000, "gated_mlp": True}
+GOOD: dict[str, Any] = {
+    "name": "tiny on H100",
+    "model": TINY_MODEL,
+    "hardware": "h100-80gb",
+    "num_gpus": [8, 16],
+    "global_batch_size": 16,
+    "seq_len": 128,
+    "search": {"tensor_parallel": [1, 2], "pipeline_parallel": [2, 4], "num_chunks": [1, 2],
+               "schedules": ["1f1b", "zb-h1", "zb-v", "optimal"]},
+    "optimizer": {"time_limit_s": 1, "top": 1, "num_workers": 1},
+}
+
+
+def write_study(tmp_path: Path, data: Any, name: str = "study.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data), encoding="utf-8")
+    return str(path)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_size_prints_the_top_table_and_the_gain_and_writes_the_folder(capsys: pytest.CaptureFixture[str],
+                                                                      tmp_path: Path) -> None:
+    study = write_study(tmp_path, GOOD)
+    out = tmp_path / "sized"
+    code, stdout, stderr = run(capsys, "size", study, "--out", str(out), "--top", "3", "--quiet")
+    assert code == 0, stderr
+    assert "tiny on H100: top 3 configurations that fit" in stdout
+    assert "optimal schedule on " in stdout and "against 1F1B's" in stdout
+    assert sorted(p.name for p in out.iterdir()) == ["best.yaml", "report.html", "sweep.csv"]
+    frame = pd.read_csv(out / "sweep.csv")
+    assert {"tokens_per_s", "mfu", "memory_gib", "skipped", "status", "gap"} <= set(frame.columns)
+    page = (out / "report.html").read_text(encoding="utf-8")
+    for div in ("throughput", "memory-breakdown", "gantt-best", "memory-best"):
+        assert f'id="{div}"' in page
+    assert "<script src=" not in page  # plotly.js is embedded: the page works offline
+    config = load_config(out / "best.yaml")
+    assert config.units.time == "s" and config.problem.budget is not None
+    code, stdout, stderr = run(capsys, "solve", str(out / "best.yaml"), "--time-limit", "1", "--quiet")
+    assert code == 0, stderr
+
+
+def test_size_refuses_an_existing_folder_without_force(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    study = write_study(tmp_path, {**GOOD, "search": {**GOOD["search"], "schedules": ["1f1b", "optimal"]}})
+    out = tmp_path / "sized"
+    assert run(capsys, "size", study, "--out", str(out), "--quiet")[0] == 0
+    code, _, stderr = run(capsys, "size", study, "--out", str(out), "--quiet")
+    assert code == USER_ERROR and "already exists; pass --force" in stderr
+    assert run(capsys, "size", study, "--out", str(out), "--quiet", "--force")[0] == 0
+
+
+# Bad studies: (fixture name, study content, a substring of the message).
+BAD_STUDIES: list[tuple[str, Any, str]] = [
+    ("unknown-model-preset", {**GOOD, "model": "llama-9000"},
+     "unknown model preset 'llama-9000'; valid presets: gpt3-175b, llama2-7b, llama2-13b, llama2-70b"),
+    ("unknown-hardware-preset", {**GOOD, "hardware": "v100"},
+     "unknown hardware preset 'v100'; valid presets: a100-40gb, a100-80gb, h100-80gb, h200, b200, mi300x"),
+    ("missing-shape-field", {**GOOD, "model": {k: v for k, v in TINY_MODEL.items() if k != "vocab_size"}},
+     "model.vocab_size is missing"),
+    ("negative-shape-field", {**GOOD, "model": {**TINY_MODEL, "num_layers": -8}},
+     "model.num_layers must be > 0, got -8"),
+    ("negative-hardware-field", {**GOOD, "hardware": {"preset": "h100-80gb", "memory_gib": -80}},
+     "hardware.memory_gib must be > 0, got -80"),
+    ("missing-seq-len", {k: v for k, v in GOOD.items() if k != "seq_len"}, "seq_len is missing"),
+    ("unknown-top-key", {**GOOD, "gpus": 8}, "unknown top-level key 'gpus'; valid keys: name, model, hardware"),
+    ("unknown-search-key", {**GOOD, "search": {"tp": [1]}}, "unknown key search.tp; valid keys in search"),
+    ("bad-gpu-count", {**GOOD, "num_gpus": [8, 0]}, "num_gpus must be a whole number >= 1 or a list of them, got 0"),
+    ("unknown-schedule", {**GOOD, "search": {**GOOD["search"], "schedules": ["1f1b", "zb-x"]}},
+     "unknown schedule 'zb-x'; valid names: gpipe, 1f1b"),
+    ("bad-recompute", {**GOOD, "search": {**GOOD["search"], "recompute": ["most"]}},
+     "recompute must be one of none, selective, full, got 'most'"),
+    ("bad-option", {**GOOD, "options": {"sequence_parallel": "yes"}},
+     "options.sequence_parallel must be true or false, got 'yes'"),
+    ("no-valid-combination", {**GOOD, "num_gpus": 6, "search": {"tensor_parallel": [3, 16], "pipeline_parallel": [2]}},
+     "no configuration of the search space runs within memory (2 candidates): 6 GPUs tp3 pp2 mbs1 v1 "
+     "selective: 8 attention heads / 4 KV heads not divisible by tensor parallel 3; 6 GPUs tp16 pp2 mbs1 v1 "
+     "selective: 6 GPUs not divisible by tensor parallel 16 x pipeline parallel 2"),
+    ("nothing-fits", {**GOOD, "model": "llama3.1-405b", "num_gpus": 8, "search": {"tensor_parallel": 8,
+                                                                                "pipeline_parallel": 1}},
+     "8 GPUs tp8 pp1 dp1 mbs1 v1 selective: out of memory on pipeline device 0"),
+    ("empty", "", "the study file is empty"),
+    ("yaml-syntax", "model: [llama\n", "YAML syntax error at line"),
+    ("top-level-list", "- 1\n- 2\n", "a study file must be a mapping"),
+]
+
+
+@pytest.mark.parametrize(("fixture", "content", "message"), BAD_STUDIES, ids=[row[0] for row in BAD_STUDIES])
+def test_bad_study_exits_2_with_message_and_writes_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                           fixture: str, content: Any, message: str) -> None:
+    study = write_study(tmp_path, content, f"{fixture}.yaml")
+    out = tmp_path / "out"
+    code, stdout, stderr = run(capsys, "size", study, "--out", str(out), "--quiet")
+    assert code == USER_ERROR
+    assert message in stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == [f"{fixture}.yaml"]
+
+
+def test_missing_study_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, stderr = run(capsys, "size", str(tmp_path / "nope.yaml"))
+    assert code == USER_ERROR and "study file" in stderr and "does not exist" in stderr
+
+
+def test_presets_lists_every_model_and_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, _ = run(capsys, "presets")
+    assert code == 0
+    for name in ("gpt3-175b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b", "llama3.1-70b",
+                 "llama3.1-405b", "a100-40gb", "a100-80gb", "h100-80gb", "h200", "b200", "mi300x"):
+        assert f"  {name} " in stdout
+    assert "405.8B params" in stdout and "989 TFLOP/s bf16" in stdout
+
+
+def test_presets_with_a_study_prints_its_resolved_records(capsys: pytest.CaptureFixture[str],
+                                                          tmp_path: Path) -> None:
+    study = write_study(tmp_path, {**GOOD, "hardware": {"preset": "h100-80gb", "matmul_efficiency": 0.6}})
+    code, stdout, _ = run(capsys, "presets", study)
+    assert code == 0
+    assert "  num_kv_heads: 4" in stdout and "  matmul_efficiency: 0.6" in stdout and "  peak_tflops: 989" in stdout
+    assert "source: NVIDIA H100" in stdout
+
+
+def test_the_shipped_study_example_loads() -> None:
+    study = load_study(ROOT / "models" / "size-llama3.1-70b.yaml")
+    assert study.name == "llama3.1-70b on H100"
+    assert study.sweep_kwargs["num_gpus"] == [64, 128, 256, 512]
