@@ -38,6 +38,12 @@ BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-recursive-alias.yaml", "line 3: alias *f is used inside the value it names; write that value out"),
     ("bad-nested-too-deep.yaml", "line 3: values are nested more than 20 levels deep"),
     ("bad-not-utf8.yaml", "byte 0xe9 at offset 9 (line 1) is not valid UTF-8; save the file as UTF-8"),
+    ("bad-huge-cost.yaml", "costs.forward (1e+308) is above 1e+15; express it in a larger unit"),
+    ("bad-huge-total.yaml", "one step's op times and latencies add up to 2.4e+15, above 1e+15"),
+    ("bad-huge-activations.yaml", "every microbatch's activations on one device add up to 6.4e+15, above 1e+15"),
+    ("bad-too-many-ops.yaml", "this pipeline has 16,000,000 ops per step (8 model stages x 1000000 microbatches x 2 "
+                              "kinds); pipeplan replays at most 2,000,000: lower pipeline.num_microbatches to at most "
+                              "125000"),
 ]
 
 # Configs that load (so ``simulate`` runs them) but admit no schedule: ``solve`` exits 2 naming the smallest budget
@@ -51,4 +57,5 @@ GOOD_CONFIGS: list[Path] = [
     CONFIGS / "good-minimal.yaml",
     CONFIGS / "good-per-stage-split.yaml",
     CONFIGS / "good-yaml-features.yaml",
+    CONFIGS / "good-huge-budget.yaml",
 ]

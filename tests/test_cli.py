@@ -369,3 +369,46 @@ def test_a_huge_config_is_refused_at_once(
     assert time.monotonic() - started < 5
     assert code == USER_ERROR and out == ""
     assert "is larger than 1000000 bytes, the limit" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+# Solver flags outside CP-SAT's own ranges: each is refused by the flag's own name before anything runs (CP-SAT
+# would answer MODEL_INVALID for 100000 workers and fail to convert a seed above 2**31 - 1).
+BAD_SOLVER_FLAGS = [
+    (["--workers", "100000"], "Invalid value for '--workers': 100000 is not in the range 1<=x<=10000"),
+    (["--workers", "0"], "Invalid value for '--workers': 0 is not in the range 1<=x<=10000"),
+    (["--seed", "2147483648"], "Invalid value for '--seed': 2147483648 is not in the range 0<=x<=2147483647"),
+    (["--time-limit", "nan"], "Invalid value for '--time-limit': 'nan' is not a positive, finite number"),
+    (["--time-limit", "inf"], "Invalid value for '--time-limit': 'inf' is not a positive, finite number"),
+    (["--time-limit", "0"], "Invalid value for '--time-limit': '0' is not a positive, finite number"),
+    (["--time-limit", "soon"], "Invalid value for '--time-limit': 'soon' is not a number of seconds"),
+]
+
+
+@pytest.mark.parametrize("command", ["solve", "frontier"])
+@pytest.mark.parametrize(("flags", "message"), BAD_SOLVER_FLAGS, ids=[" ".join(f) for f, _ in BAD_SOLVER_FLAGS])
+def test_solver_flags_outside_cp_sat_ranges_exit_2_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], command: str, flags: list[str], message: str
+) -> None:
+    extra = ["--budgets", "2:4:1"] if command == "frontier" else []
+    code, _, err = run(capsys, command, TINY, *extra, *flags)
+    assert code == USER_ERROR
+    assert message in err and "Traceback" not in err
+
+
+def test_huge_budgets_in_a_frontier_are_unlimited_not_an_overflow(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "frontier", TINY, "--budgets", "1e308:1e308:1", "--time-limit", "2", "--quiet")
+    assert code == 0, err
+    assert "1e+308" in out and "Traceback" not in err
+
+
+def test_costs_below_the_solver_resolution_simulate_but_solve_names_the_unit_fix(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """1e-300 per op replays fine, but CP-SAT's integer ticks (down to 1e-6 of the unit) cannot hold it."""
+    config = str(CONFIGS / "unsolvable-below-resolution.yaml")
+    code, _, err = run(capsys, "simulate", config, "--schedule", "1f1b")
+    assert code == 0, err
+    code, stdout, err = run(capsys, "solve", config, "--quiet", "--out", str(tmp_path / "out"))
+    assert code == USER_ERROR and stdout == "" and not (tmp_path / "out").exists()
+    assert "the costs of stage 0 (forward 1e-300, backward 1e-300) are below the solver's resolution" in err
+    assert "express times in a smaller unit" in err

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from invariants import assert_valid, peak_memory
 
 from pipeplan import (
+    ConfigError,
     Op,
     OpKind,
     Problem,
@@ -448,3 +449,50 @@ def test_one_activation_of_room_is_proven_optimal_by_the_memory_chain() -> None:
     assert result.status == OPTIMAL
     assert result.objective == pytest.approx(gpipe_one.makespan)
     assert result.lower_bound == pytest.approx(result.objective)
+
+
+# --------------------------------------------------------------------------------- limits and search status
+
+
+def test_a_problem_beyond_the_model_limit_gets_the_best_warm_start_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Above MAX_MODEL_OPS no CP-SAT model is built: the answer is the best warm start, valid and bounded, and
+    its search field says why (the CLI prints it)."""
+    import pipeplan.solver
+
+    problem = Problem.build(**FAMILY_4X8)
+    monkeypatch.setattr(pipeplan.solver, "MAX_MODEL_OPS", 10)
+    result = solve(problem, time_limit_s=5, num_workers=2)
+    check_result(problem, result, "makespan")
+    assert result.search.startswith("skipped: 96 ops are more than the 10 a CP-SAT model is built for")
+    assert result.source == result.best_heuristic and result.status == FEASIBLE  # 23.12 against a bound below
+
+
+def test_warm_starts_after_the_deadline_are_only_the_named_ones() -> None:
+    """The time limit bounds the greedy list schedulers; the named schedules (and GPipe one microbatch at a
+    time, which fits any budget that admits a schedule) always run."""
+    from pipeplan.solver import warm_starts
+
+    problem = Problem.build(**FAMILY_4X8)
+    late = {c.schedule.name for c in warm_starts(problem, "makespan", deadline=0.0)}
+    assert late == {s.name for s in generate_applicable(problem)[0] if compute_metrics(simulate(problem, s)).feasible
+                    } | {"gpipe-1"}
+    on_time = {c.schedule.name for c in warm_starts(problem, "makespan")}
+    assert late < on_time and any(name.startswith("greedy-") for name in on_time)
+
+
+def test_search_status_says_what_cp_sat_did() -> None:
+    problem = Problem.build(**FAMILY_4X8)
+    proven = solve(problem, time_limit_s=10, num_workers=2)
+    assert proven.search == "OPTIMAL" and proven.source == "cp-sat" and not proven.interrupted
+    seed = solve(load_config(SEED).problem, time_limit_s=5, num_workers=2)
+    assert seed.search == "not needed: warm start 1f1b meets the lower bound"
+
+
+def test_settings_outside_cp_sat_ranges_are_config_errors() -> None:
+    problem = Problem.build(**FAMILY_4X8)
+    with pytest.raises(ConfigError, match="solver.num_workers must be a whole number from 1 to 10000"):
+        solve(problem, num_workers=100_000)
+    with pytest.raises(ConfigError, match="solver.random_seed must be a whole number from 0 to 2147483647"):
+        solve(problem, random_seed=2**31)
