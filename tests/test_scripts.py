@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # The seed benchmark's expected output, word for word as the README shows it.
@@ -39,3 +41,14 @@ def test_plot_gantt_shows_8_and_4_activations_on_the_first_stage(tmp_path: Path)
     assert "GPipe: peak activations per device 8 8 8 8 (first stage 8)" in out
     assert "1F1B: peak activations per device 4 3 2 1 (first stage 4)" in out
     assert (tmp_path / "gantt_4x8.html").exists()
+
+
+@pytest.mark.parametrize("only", ["pipeplan simulate models/seed-8x64.yaml --schedule 1f1b", "pipeplan presets"])
+def test_readme_examples_print_what_the_readme_shows(only: str) -> None:
+    """The README's pasted outputs are checked against a fresh run (here two fast examples that need no earlier
+    example; the script runs them all). A change that alters what a command prints fails here until the README
+    is updated."""
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "readme_check.py"), "--only", only],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok " in result.stdout and ", 0 differ" in result.stdout
