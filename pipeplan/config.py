@@ -10,13 +10,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from pipeplan.problem import ConfigError, Problem, shown
 
-OBJECTIVES = ("makespan", "stage_span")
+Objective = Literal["makespan", "stage_span"]
+OBJECTIVES: tuple[Objective, ...] = ("makespan", "stage_span")
 # CP-SAT's own ranges for its parameters (outside them it answers MODEL_INVALID or fails to convert the value).
 MAX_WORKERS = 10_000
 MAX_SEED = 2**31 - 1
@@ -26,7 +27,7 @@ MAX_SEED = 2**31 - 1
 class SolverSettings:
     """How the CP-SAT optimizer runs (config section ``solver``)."""
 
-    objective: str = "makespan"
+    objective: Objective = "makespan"
     """'makespan' (step ends when every device is done) or 'stage_span' (largest per-device span)."""
     time_limit_s: float = 60.0
     """Wall-clock limit of one solve, in seconds."""
