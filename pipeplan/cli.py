@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import click
 from rich.console import Console
@@ -127,7 +127,22 @@ def simulate_cmd(config: str, schedule_name: str | None, torch_csv: Path | None,
 simulate_cmd.name = "simulate"
 
 
-class _ProgressLine:
+class _StatusLine:
+    """A rich status line on stderr, shown for the duration of a ``with`` block when ``status`` is set."""
+
+    status: Any = None
+
+    def __enter__(self) -> Self:
+        if self.status is not None:
+            self.status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.status is not None:
+            self.status.__exit__(None, None, None)
+
+
+class _ProgressLine(_StatusLine):
     """Live solver progress on stderr when stderr is a terminal and not --quiet: a line that ticks every
     fraction of a second with the elapsed time, and shows the best objective and bound as the solver reports
     them ("solving:   12.3 s elapsed, best 91.34 ms, bound 87.21 ms").
@@ -155,15 +170,6 @@ class _ProgressLine:
         else:
             line = format_progress(time.monotonic() - self.started, self.objective, self.bound, self.unit)
         return f"{self.prefix}: {line}" if self.prefix else line
-
-    def __enter__(self) -> _ProgressLine:
-        if self.status is not None:
-            self.status.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.status is not None:
-            self.status.__exit__(None, None, None)
 
     def __call__(self, report: Progress | SweepProgress) -> None:
         if isinstance(report, SweepProgress):
@@ -501,21 +507,12 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     _exit_if_interrupted(stop)
 
 
-class _SizeProgress:
+class _SizeProgress(_StatusLine):
     """Live sweep progress on stderr ("12/48 configurations: tp4 pp8 ...") when stderr is a terminal."""
 
     def __init__(self, enabled: bool) -> None:
         self.console = Console(stderr=True)
         self.status = self.console.status("sizing ...") if enabled and self.console.is_terminal else None
-
-    def __enter__(self) -> _SizeProgress:
-        if self.status is not None:
-            self.status.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.status is not None:
-            self.status.__exit__(None, None, None)
 
     def __call__(self, report: object) -> None:
         if self.status is None:

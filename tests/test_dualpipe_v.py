@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from invariants import assert_valid
+from invariants import replay_valid
 from strategies import uneven_stage_values
 
-from pipeplan import Metrics, NotApplicable, Op, OpKind, Problem, Timeline, compute_metrics, generate, simulate
+from pipeplan import Metrics, NotApplicable, Op, OpKind, Problem, Timeline, generate
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -21,10 +21,7 @@ NAME = "dualpipe-v"
 
 def replay(problem: Problem, name: str = NAME) -> tuple[Timeline, Metrics]:
     """Generate, replay and check every invariant; return the timeline and metrics."""
-    timeline = simulate(problem, generate(name, problem))
-    metrics = compute_metrics(timeline)
-    assert_valid(problem, timeline, metrics)
-    return timeline, metrics
+    return replay_valid(problem, name)
 
 
 def v_problem(p: int, n: int, costs: tuple[float, float, float] = (1.0, 1.0, 1.0), **extra: Any) -> Problem:
