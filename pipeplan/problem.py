@@ -140,11 +140,10 @@ def _expand(
         raise ConfigError(f"{name} has {len(values)} values; give a single number or a list of {accepted}")
     numbers: list[float] = []
     for item in values:
-        if not _is_number(item) or not math.isfinite(float(item)):  # type: ignore[arg-type]
-            raise ConfigError(f"{name} must be a finite number or a list of finite numbers, got {shown(item)}")
-        if float(item) < 0:  # type: ignore[arg-type]
+        number = _as_float(name, item, "a finite number or a list of finite numbers")
+        if number < 0:
             raise ConfigError(f"{name} must be >= 0, got {shown(item)}")
-        numbers.append(float(item))  # type: ignore[arg-type]
+        numbers.append(number)
     if num_chunks > 1 and len(numbers) == num_model_stages:
         return tuple(numbers)
     per_device = numbers * num_devices if len(numbers) == 1 else numbers
@@ -483,15 +482,27 @@ _PER_STAGE_FIELDS = {
 }
 
 
+def _as_float(name: str, value: object, what: str = "a finite number") -> float:
+    """``value`` as a float, or a :class:`ConfigError` naming ``name`` when it is not a finite number (including
+    a whole number too large for a float)."""
+    if not _is_number(value):
+        raise ConfigError(f"{name} must be {what}, got {shown(value)}")
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        raise ConfigError(f"{name} must be {what}, got {shown(value)}, too large for a number; express it in a "
+                          "larger unit") from None
+    if not math.isfinite(number):
+        raise ConfigError(f"{name} must be {what}, got {shown(value)}")
+    return number
+
+
 def _check_value(name: str, value: object) -> None:
-    if not _is_number(value) or not math.isfinite(float(value)):  # type: ignore[arg-type]
-        raise ConfigError(f"{name} must be a finite number, got {shown(value)}")
-    if float(value) < 0:  # type: ignore[arg-type]
+    number = _as_float(name, value)
+    if number < 0:
         raise ConfigError(f"{name} must be >= 0, got {shown(value)}")
-    if float(value) > MAX_TOTAL and name != "memory.budget":  # type: ignore[arg-type]
-        raise ConfigError(
-            f"{name} ({float(value):g}) is above {MAX_TOTAL:g}; express it in a larger unit"  # type: ignore[arg-type]
-        )
+    if number > MAX_TOTAL and name != "memory.budget":
+        raise ConfigError(f"{name} ({number:g}) is above {MAX_TOTAL:g}; express it in a larger unit")
 
 
 def _check_placement(placement: object, num_chunks: int) -> Placement:

@@ -38,6 +38,8 @@ BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-recursive-alias.yaml", "line 3: alias *f is used inside the value it names; write that value out"),
     ("bad-nested-too-deep.yaml", "line 3: values are nested more than 20 levels deep"),
     ("bad-not-utf8.yaml", "byte 0xe9 at offset 9 (line 1) is not valid UTF-8; save the file as UTF-8"),
+    ("bad-huge-whole-number.yaml", "costs.forward must be a finite number or a list of finite numbers, got a whole "
+                                   "number with about 4000 digits, too large for a number"),
     ("bad-huge-cost.yaml", "costs.forward (1e+308) is above 1e+15; express it in a larger unit"),
     ("bad-huge-total.yaml", "one step's op times and latencies add up to 2.4e+15, above 1e+15"),
     ("bad-huge-activations.yaml", "every microbatch's activations on one device add up to 6.4e+15, above 1e+15"),
