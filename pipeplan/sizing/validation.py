@@ -117,18 +117,21 @@ def validation_rows() -> list[dict[str, Any]]:
 ZERO_BUBBLE = ("Qi et al. 2024, Zero Bubble Pipeline Parallelism (ICLR 2024, arXiv 2401.10241): GPT-3-like models "
                "of Table 3 on A100 SXM 80GB, Megatron-LM fork, pipeline parallelism only (GPUs = stages), seq 1024, "
                "first and last stage one layer short")
-"""Tables 3, 4, 6, 11 and 12 were read from a Markdown transcription of the arXiv paper kept in a public
-repository (found with a code search); Table 4's memory row also matches two other transcriptions. They were
-not re-read from the PDF. Unstated in the paper and
-assumed here: the vocabulary (GPT-2 BPE, 50257 tokens, padded by Megatron-LM to 50304; embeddings tied, the
-Megatron-LM default), no recomputation, no fused (flash) attention kernel, 18 bytes of static state per
-parameter (the fp16 runs of the authors' scripts keep fp16 gradients, 16 bytes, which would lower these
-predictions by 2 bytes per parameter) and "GB" read as GiB (Megatron-LM's ``report_memory`` divides by 2**20
-and prints MB). The attention kernel was read from the calibration rows (Table 12, 1F1B): their growth per
-in-flight microbatch (2.75 to 3.5 GB for the 1.5B model) matches the stored attention scores (5as bytes per
-token) and is 2.5 to 3.5 times what a fused kernel would keep. ZB-1p is modelled as ZB-H1 (the paper's
-Table 5 gives them the same bubble rate in every setting: the same schedule), ZB-2p as ZB-H2 (at most 2p - 1
-microbatches of activations where ZB-2p's limit is 2p, so ZB-2p rows are expected a little low)."""
+"""Where the numbers come from and what is assumed.
+
+Verified with a code search (not re-read from the PDF): Tables 3, 4, 6, 11 and 12 as a Markdown transcription of
+the arXiv paper kept in a public repository gives them; Table 4's memory rows are the same in a second
+transcription, and its 1F1B and ZB-2p rows in a third. Unstated in the paper and assumed here: the MLP width (4h,
+as GPT-3), the vocabulary (GPT-2 BPE, 50257 tokens, padded by Megatron-LM to 50304; embeddings tied, the
+Megatron-LM default), no recomputation, no fused (flash) attention kernel, 18 bytes of static state per parameter
+(the authors' public scripts default to fp16, whose fp16 gradients would make it 16 and lower these predictions
+by 2 bytes per parameter) and "GB" read as GiB (Megatron-LM's ``report_memory`` divides by 2**20 and prints MB).
+The attention kernel was read from the calibration rows (Table 12, 1F1B): their growth per in-flight microbatch
+(2.75 to 3.5 GB for the 1.5B model) matches the stored attention scores (5as bytes per token) and is 2.5 to 3.5
+times what a fused kernel would keep. ZB-1p is modelled as ZB-H1 (the paper's Table 5 gives them the same bubble
+rate in every setting: the same schedule), ZB-2p as ZB-H2 (at most 2p - 1 microbatches of activations where
+ZB-2p's limit is 2p, so ZB-2p rows are expected a little low). The score backward's workspace in
+:mod:`pipeplan.sizing.memory` was added after every row's error had been seen (it has no free constant)."""
 
 ZB_MODELS: dict[str, tuple[int, int, int]] = {
     "1.5B": (22, 2304, 24), "6.2B": (30, 4096, 32), "14.6B": (46, 5120, 40), "28.3B": (62, 6144, 48),
