@@ -1,4 +1,6 @@
-"""Predicted against published step times of real training runs: writes results/sizing_validation.csv.
+"""Predicted against published step times and peak memory per GPU of real training runs.
+
+Writes results/sizing_validation.csv (step time) and results/sizing_memory_validation.csv (peak memory per GPU).
 
 Usage: python scripts/validate_sizing.py
 """
@@ -9,22 +11,40 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeplan.sizing.validation import validation_rows
+from pipeplan.sizing.validation import memory_validation_rows, validation_rows
 
-OUT = Path(__file__).resolve().parent.parent / "results" / "sizing_validation.csv"
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+STEP_OUT = RESULTS / "sizing_validation.csv"
+MEMORY_OUT = RESULTS / "sizing_memory_validation.csv"
+
+
+def _summary(frame: pd.DataFrame) -> None:
+    for role in ("calibration", "check"):
+        part = frame[frame["role"] == role]
+        print(f"{role}: mean absolute error {100 * part['error'].abs().mean():.1f} % over {len(part)} runs"
+              f" (largest {100 * part['error'].abs().max():.1f} %)")
 
 
 def main() -> None:
-    frame = pd.DataFrame(validation_rows())
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(OUT, index=False, float_format="%.4g")
-    shown = frame.assign(error=(100 * frame["error"]).round(1))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    steps = pd.DataFrame(validation_rows())
+    steps.to_csv(STEP_OUT, index=False, float_format="%.4g")
+    shown = steps.assign(error=(100 * steps["error"]).round(1))
+    print("step time")
     print(shown[["run", "role", "gpu", "predicted_step_s", "published_step_s", "error", "predicted_mfu",
                  "predicted_memory_gib", "fits"]].to_string(index=False))
-    for role in ("calibration", "check"):
-        part = frame[frame["role"] == role]
-        print(f"{role}: mean absolute error {100 * part['error'].abs().mean():.1f} % over {len(part)} runs")
-    print(f"wrote {OUT}")
+    _summary(steps)
+    print(f"wrote {STEP_OUT}\n")
+
+    memory = pd.DataFrame(memory_validation_rows())
+    memory.to_csv(MEMORY_OUT, index=False, float_format="%.4g")
+    shown = memory.assign(error=(100 * memory["error"]).round(1),
+                          table=memory["source"].str.rsplit("; ", n=1).str[-1])
+    print("peak memory per GPU (GiB)")
+    print(shown[["run", "table", "role", "schedule", "predicted_memory_gib", "published_memory_gib", "error",
+                 "predicted_static_gib", "predicted_activation_gib"]].to_string(index=False, float_format="%.1f"))
+    _summary(memory)
+    print(f"wrote {MEMORY_OUT}")
 
 
 if __name__ == "__main__":

@@ -145,9 +145,24 @@ def test_layer_activation_bytes_match_korthikanti() -> None:
     assert selective.activation == tokens * 34 * h / t
     full = memory.layer_memory(model, small_setup(sequence_parallel=True, recompute="full"))
     assert full.activation == tokens * 2 * h / t
-    assert full.workspace == sequence.activation
+    # The rebuilt layer, plus Megatron-LM's score buffer and the score gradient (2 + 2 bytes per score).
+    assert full.workspace == sequence.activation + tokens * 4 * a * s / t
     # Zero Bubble's share kept until W: 32 h bytes per token for a GPT layer.
     assert selective.weight_activation == tokens * 32 * h / t
+
+
+def test_backward_workspace_by_hand() -> None:
+    """Bytes one layer's backward needs beyond the held activations, once per GPU: b = 2, s = 16, a = 4, t = 2
+    (32 tokens, a s / t = 32 scores per token)."""
+    model = load_model(SMALL)
+    scores = 2 * 16 * 4 * 16 // 2  # tokens x heads x keys / t = 1024 score values per GPU
+    assert memory.layer_memory(model, small_setup()).workspace == 4 * scores
+    assert memory.layer_memory(model, small_setup(recompute="selective")).workspace == (5 + 4) * scores
+    flash = {"flash_attention": True}
+    assert memory.layer_memory(model, small_setup(**flash)).workspace == 0
+    assert memory.layer_memory(model, small_setup(recompute="selective", **flash)).workspace == 0
+    full = memory.layer_memory(model, small_setup(recompute="none", **flash))
+    assert memory.layer_memory(model, small_setup(recompute="full", **flash)).workspace == full.activation
 
 
 def test_static_bytes_per_parameter() -> None:

@@ -12,8 +12,17 @@ The one place where shapes become bytes.
   a GPT layer that is 34 h bytes per token. Without a fused attention kernel the scores add 5 a s bytes per
   token (softmax output, dropout mask and output). Tensor parallelism splits all but the layernorm/dropout
   part and the QKV/MLP inputs (10 h); sequence parallelism splits those too.
-- Recompute: 'selective' drops the scores term; 'full' keeps only each layer's input (2 h per token) and
+- Recompute: 'selective' drops the scores term and rebuilds one layer's scores at a time during its backward
+  (5 a s bytes per token / t, counted as workspace); 'full' keeps only each layer's input (2 h per token) and
   rebuilds one layer's activations at a time during its backward (counted as workspace).
+- Materialised attention scores (no fused kernel) cost two more score-sized fp16 tensors, 4 a s bytes per token
+  / t, once per GPU and not per layer, both read from Megatron-LM's core attention: the input buffer of the
+  scores' ``baddbmm``, taken from its global memory buffer and kept for the whole run (2 a s), and the transient
+  one beyond what autograd has already freed while a layer's score backward runs (2 a s: the score gradient
+  out of the attention-value ``bmm`` backward and the dropout backward's output are live together, while the
+  dropped probabilities were freed with their ``bmm`` node; the fused softmax backward then works in place).
+  The forward's raw scores, freed after the softmax, are the same size at the other end of the layer.
+  Counted as workspace; a fused kernel keeps none of it.
 - Split backward (Zero Bubble, Qi et al. 2024): after B, W still needs the weight matrix multiplies' inputs and
   output gradients (32 h bytes per token for a GPT layer): ``weight_activation``.
 - First stage: the embedding's dropout mask; last stage: the final layernorm, the head's gathered input and the
@@ -46,7 +55,9 @@ class LayerMemory:
     weight_activation: float
     """The part of ``activation`` W still needs after B (split backward)."""
     workspace: float
-    """Transient bytes while the layer's backward runs (full recompute rebuilds the layer's activations)."""
+    """Bytes beyond the held activations while one layer's backward runs, counted once per GPU (the layers run
+    one at a time): the rebuilt activations under recompute and, with materialised scores, Megatron-LM's score
+    buffer and the score gradient."""
 
 
 def _full_layer_bytes_per_token(model: Model, setup: Setup) -> float:
@@ -80,8 +91,20 @@ def layer_memory(model: Model, setup: Setup) -> LayerMemory:
     inputs = ACT_BYTES * (h + h + h + f)  # QKV, output projection, MLP up and down inputs
     grads = ACT_BYTES * ((h + 2 * kv) + h + mlp_hidden + h)  # gradients of those four outputs
     weight_activation = min(activation, tokens * (inputs + grads) / t)
-    workspace = full if setup.recompute == "full" else 0.0
-    return LayerMemory(activation, weight_activation, workspace)
+    return LayerMemory(activation, weight_activation, _workspace(model, setup, full))
+
+
+def _workspace(model: Model, setup: Setup, full: float) -> float:
+    """Bytes per GPU one layer's backward needs beyond the activations it holds (see the module docstring):
+    the rebuilt layer (full recompute) or its rebuilt scores (selective recompute), plus, when the scores are
+    materialised, Megatron-LM's score buffer and the score gradient held beside the dropout backward."""
+    if setup.flash_attention:
+        return full if setup.recompute == "full" else 0.0
+    tokens = setup.tokens_per_microbatch
+    scores_per_token = model.num_attention_heads * setup.seq_len / setup.tensor_parallel
+    # Softmax output and dropout output (2 bytes each) and the dropout mask (1 byte) of the rebuilt scores.
+    rebuilt = {"full": full, "selective": tokens * 5.0 * scores_per_token, "none": 0.0}[setup.recompute]
+    return rebuilt + tokens * 2 * ACT_BYTES * scores_per_token
 
 
 def embedding_activation(model: Model, setup: Setup) -> float:

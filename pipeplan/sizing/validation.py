@@ -1,9 +1,16 @@
-"""Published training runs and what the sizing model predicts for them: the README's validation table.
+"""Published training runs and what the sizing model predicts for them: the README's two validation tables.
 
-Each run is set up as published (model shape, GPU, parallel sizes, batch, recompute) and estimated with the
-shipped hardware preset. Rows marked "calibration" set the preset's ``matmul_efficiency`` and
-``memory_efficiency``; the "check" rows were not used to fit anything. The published step time is the one
-the source prints, or, where it prints throughput, the step time that throughput implies.
+Step time (:data:`RUNS`, :func:`validation_rows`): each run is set up as published (model shape, GPU, parallel
+sizes, batch, recompute) and estimated with the shipped hardware preset. Rows marked "calibration" set the
+preset's ``matmul_efficiency`` and ``memory_efficiency``; the "check" rows were not used to fit anything. The
+published step time is the one the source prints, or, where it prints throughput, the step time that
+throughput implies.
+
+Peak memory per GPU (:data:`MEMORY_RUNS`, :func:`memory_validation_rows`): the Zero Bubble paper's measured
+peaks of Megatron-LM runs on A100 80GB, predicted as the worst device's static state + backward workspace +
+replayed activation peak (``memory_gib`` of :func:`~pipeplan.sizing.estimate.estimate`, without the
+hardware's reserve). No constant of the memory model is fitted; the "calibration" rows are the ones the one
+unstated setting (the attention kernel) was read from, see :data:`ZERO_BUBBLE`.
 """
 
 from __future__ import annotations
@@ -103,5 +110,109 @@ def validation_rows() -> list[dict[str, Any]]:
             "error": result["step_time_s"] / published - 1.0, "predicted_mfu": result["mfu"],
             "predicted_memory_gib": result["memory_gib"], "fits": result["fits"], "source": run.source,
             "note": run.note,
+        })
+    return rows
+
+
+ZERO_BUBBLE = ("Qi et al. 2024, Zero Bubble Pipeline Parallelism (ICLR 2024, arXiv 2401.10241): GPT-3-like models "
+               "of Table 3 on A100 SXM 80GB, Megatron-LM fork, pipeline parallelism only (GPUs = stages), seq 1024, "
+               "first and last stage one layer short")
+"""Where the numbers come from and what is assumed.
+
+Verified with a code search (not re-read from the PDF): Tables 3, 4, 6, 11 and 12 as a Markdown transcription of
+the arXiv paper kept in a public repository gives them; Table 4's memory rows are the same in a second
+transcription, and its 1F1B and ZB-2p rows in a third. Unstated in the paper and assumed here: the MLP width (4h,
+as GPT-3), the vocabulary (GPT-2 BPE, 50257 tokens, padded by Megatron-LM to 50304; embeddings tied, the
+Megatron-LM default), no recomputation, no fused (flash) attention kernel, 18 bytes of static state per parameter
+(the authors' public scripts default to fp16, whose fp16 gradients would make it 16 and lower these predictions
+by 2 bytes per parameter) and "GB" read as GiB (Megatron-LM's ``report_memory`` divides by 2**20 and prints MB).
+The attention kernel was read from the calibration rows (Table 12, 1F1B): their growth per in-flight microbatch
+(2.75 to 3.5 GB for the 1.5B model) matches the stored attention scores (5as bytes per token) and is 2.5 to 3.5
+times what a fused kernel would keep. ZB-1p is modelled as ZB-H1 (the paper's Table 5 gives them the same bubble
+rate in every setting: the same schedule), ZB-2p as ZB-H2 (at most 2p - 1 microbatches of activations where
+ZB-2p's limit is 2p, so ZB-2p rows are expected a little low). The score backward's workspace in
+:mod:`pipeplan.sizing.memory` was added after every row's error had been seen (it has no free constant)."""
+
+ZB_MODELS: dict[str, tuple[int, int, int]] = {
+    "1.5B": (22, 2304, 24), "6.2B": (30, 4096, 32), "14.6B": (46, 5120, 40), "28.3B": (62, 6144, 48),
+}
+"""The Zero Bubble paper's Table 3, keyed by model name: (layers, hidden size, attention heads)."""
+
+ZB_SCHEDULES = {"1F1B": "1f1b", "ZB-1p": "zb-h1", "ZB-2p": "zb-h2"}
+"""The paper's schedule names and the registered schedule each is replayed as (see :data:`ZERO_BUBBLE`)."""
+
+
+@dataclass(frozen=True)
+class MemoryRun:
+    """One published training run and its published peak memory per GPU."""
+
+    name: str
+    role: str
+    """'calibration' (the unstated attention kernel was read from it) or 'check'."""
+    source: str
+    published_gib: float
+    """Peak memory per GPU as published, GiB."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Keywords of :func:`~pipeplan.sizing.estimate.estimate`."""
+    note: str = ""
+
+
+def _zero_bubble(table: str, model: str, pipeline: int, microbatch: int, num_microbatches: int, schedule: str,
+                 published_gib: float, role: str = "check") -> MemoryRun:
+    layers, hidden, heads = ZB_MODELS[model]
+    middle = (layers + 2) // pipeline
+    split = [middle - 1] + [middle] * (pipeline - 2) + [middle - 1]
+    settings = {"model": {"num_layers": layers, "hidden_size": hidden, "ffn_hidden_size": 4 * hidden,
+                          "num_attention_heads": heads, "vocab_size": 50304, "tied_embeddings": True},
+                "hardware": "a100-80gb", "tensor_parallel": 1, "pipeline_parallel": pipeline, "data_parallel": 1,
+                "microbatch_size": microbatch, "global_batch_size": microbatch * num_microbatches,
+                "seq_len": 1024, "recompute": "none", "sequence_parallel": False, "flash_attention": False,
+                "distributed_optimizer": False, "schedule": ZB_SCHEDULES[schedule], "layers_per_stage": split}
+    name = f"{model} {schedule}, PP {pipeline}, microbatch {microbatch} x {num_microbatches}"
+    return MemoryRun(name, role, f"{ZERO_BUBBLE}; {table}", published_gib, settings)
+
+
+def _table12(model: str, pipeline: int, microbatch: int, counts: tuple[int, int, int], schedule: str,
+             published: tuple[float, float, float], role: str) -> list[MemoryRun]:
+    return [_zero_bubble("Table 12", model, pipeline, microbatch, m, schedule, gib, role)
+            for m, gib in zip(counts, published)]
+
+
+MEMORY_RUNS: tuple[MemoryRun, ...] = (
+    # Table 12: few microbatches (m <= p), so the peak grows with m; 1F1B rows calibrate, ZB-2p rows check.
+    *_table12("1.5B", 8, 6, (2, 4, 8), "1F1B", (11, 18, 29), "calibration"),
+    *_table12("6.2B", 8, 3, (2, 4, 8), "1F1B", (21, 28, 39), "calibration"),
+    *_table12("14.6B", 16, 1, (4, 8, 16), "1F1B", (19, 24, 32), "calibration"),
+    *_table12("1.5B", 8, 6, (2, 4, 8), "ZB-2p", (12, 19, 34), "check"),
+    *_table12("6.2B", 8, 3, (2, 4, 8), "ZB-2p", (21, 29, 44), "check"),
+    *_table12("14.6B", 16, 1, (4, 8, 16), "ZB-2p", (20, 24, 33), "check"),
+    # Table 4 (setups of Table 3; the peak is the same for 24/32/64 microbatches, the smallest count is used).
+    *(_zero_bubble("Table 4", model, p, b, m, schedule, gib)
+      for schedule, peaks in (("1F1B", (30, 39, 32, 43)), ("ZB-1p", (32, 42, 33, 44)), ("ZB-2p", (59, 70, 51, 74)))
+      for (model, p, b, m), gib in zip((("1.5B", 8, 6, 24), ("6.2B", 8, 3, 24), ("14.6B", 16, 1, 48),
+                                        ("28.3B", 32, 1, 96)), peaks)),
+    # Table 11: 1F1B and ZB-1p with the microbatch doubled.
+    *(_zero_bubble("Table 11", model, p, b, m, schedule, gib)
+      for schedule, peaks in (("1F1B", (57, 66, 50, 72)), ("ZB-1p", (61, 71, 51, 74)))
+      for (model, p, b, m), gib in zip((("1.5B", 8, 12, 24), ("6.2B", 8, 6, 24), ("14.6B", 16, 2, 48),
+                                        ("28.3B", 32, 2, 96)), peaks)),
+    # Table 6: deeper pipelines (16, 24, 32 stages), same layer counts.
+    *(_zero_bubble("Table 6", model, p, b, m, schedule, gib)
+      for schedule, peaks in (("1F1B", (61, 44, 69)), ("ZB-1p", (62, 46, 73)))
+      for (model, p, b, m), gib in zip((("6.2B", 16, 6, 48), ("14.6B", 24, 2, 72), ("28.3B", 32, 2, 96)), peaks)),
+)
+
+
+def memory_validation_rows() -> list[dict[str, Any]]:
+    """One record per published run: predicted and published peak memory per GPU (GiB) and the error."""
+    rows = []
+    for run in MEMORY_RUNS:
+        result = estimate(**run.settings)
+        rows.append({
+            "run": run.name, "role": run.role, "gpu": run.settings["hardware"],
+            "schedule": run.settings["schedule"], "predicted_memory_gib": result["memory_gib"],
+            "published_memory_gib": run.published_gib, "error": result["memory_gib"] / run.published_gib - 1.0,
+            "predicted_static_gib": result["static_memory_gib"],
+            "predicted_activation_gib": result["activation_memory_gib"], "source": run.source, "note": run.note,
         })
     return rows
