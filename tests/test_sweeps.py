@@ -312,8 +312,11 @@ def store_count(path: Path) -> int:
 def test_a_killed_sweep_resumes_without_losing_or_repeating_a_row(tmp_path: Path, signum: int, status: int) -> None:
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(WRITE_HEAVY), encoding="utf-8")
-    store = tmp_path / "sweep.sqlite"
-    argv = [sys.executable, "-m", "pipeplan.cli", "size", str(study), "--store", str(store), "--jobs", "1", "--quiet"]
+    # With --out DIR the store is DIR/store.sqlite, and DIR holds only it until the sweep ends; else --store.
+    out = tmp_path / "sized"
+    store = out / "store.sqlite" if signum == signal.SIGINT else tmp_path / "sweep.sqlite"
+    where = ["--out", str(out)] if signum == signal.SIGINT else ["--store", str(store)]
+    argv = [sys.executable, "-m", "pipeplan.cli", "size", str(study), *where, "--jobs", "1", "--quiet"]
     child = subprocess.Popen(argv, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while store_count(store) < 20 and time.monotonic() < deadline and child.poll() is None:
@@ -327,14 +330,39 @@ def test_a_killed_sweep_resumes_without_losing_or_repeating_a_row(tmp_path: Path
     kept = db.execute("SELECT count(*) FROM results").fetchone()[0]
     db.close()
     assert kept >= 20
-    if signum == signal.SIGINT:
+    if signum == signal.SIGINT:  # the finished rows are shown; DIR is not written yet
         assert f"tasks finished (kept in {store}); run the same command again to resume" in err
+        assert sorted(p.name for p in out.iterdir())[0] == "store.sqlite" and not (out / "sweep.csv").exists()
     again = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     line = next(line for line in again.stdout.splitlines() if "came from the store" in line)
     reused, total = int(line.split()[0]), int(line.split()[2])
     assert reused == kept and total > kept
+    if signum == signal.SIGINT:  # the same command (no --force) finished the folder, with a copy of the store
+        assert sorted(p.name for p in out.iterdir()) == ["best.yaml", "report.html", "store.sqlite", "sweep.csv"]
     db = sqlite3.connect(store)
     assert db.execute("SELECT count(*), count(DISTINCT key) FROM results").fetchone() == (total, total)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     db.close()
+
+
+# ------------------------------------------------------------------------------------------- progress
+
+
+@pytest.mark.parametrize(("flags", "shown"), [([], False), (["--progress"], True), (["--progress", "--quiet"], True)],
+                         ids=["pipe", "pipe-with-progress", "progress-beats-quiet"])
+def test_progress_on_a_pipe_only_with_the_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                               flags: list[str], shown: bool) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({**{k: SWEEP[k] for k in ("model", "hardware", "global_batch_size", "seq_len")},
+                                     "num_gpus": 8, "search": {"schedules": ["1f1b", "zb-h1"]}}), encoding="utf-8")
+    store = tmp_path / "s.sqlite"
+    assert main(["size", str(study), "--store", str(store), "--jobs", "1", *flags]) == 0
+    captured = capsys.readouterr()
+    assert ("progress: " in captured.err) == shown
+    if shown:
+        last = captured.err.strip().splitlines()[-1]
+        assert last.startswith("progress: 18/18 done, 0 reused, 0 failed, ") and last.endswith(" s elapsed"), last
+    assert "0 of 18 results came from the store" in captured.out  # 9 configurations, 2 schedules
+    assert main(["size", str(study), "--store", str(store), "--jobs", "1", "--quiet"]) == 0
+    assert f"18 of 18 results came from the store {store}" in capsys.readouterr().out

@@ -21,7 +21,7 @@ The format (keys are a contract; unknown keys are errors, so a typo is never sil
       distributed_optimizer: true
       overlap_grad_sync: true
       balanced: false                   # uneven layer split that minimises the slowest stage
-    processes: 2                        # worker processes replaying named schedules (default: CPUs, at most 4)
+    processes: 2                        # local worker processes running the tasks (default: CPUs, at most 4)
     optimizer:                          # only used when schedules has "optimal"
       time_limit_s: 10                  # per configuration
       top: 3                            # run it on the 3 configurations whose best named schedule is fastest
