@@ -206,8 +206,9 @@ class _Interrupts:
     """Ctrl-C during a search: the first one stops the search, which finishes with the best schedule found so
     far (the run then exits 130); a second one, or SIGTERM, aborts at once. Handlers are restored on exit."""
 
-    def __init__(self, stop: StopRequest) -> None:
+    def __init__(self, stop: StopRequest, finishing: str = "finishing with the best schedule found so far") -> None:
         self.stop = stop
+        self.finishing = finishing
         self.previous: dict[int, Any] = {}  # keyed by signal number: the handler to restore
 
     def __enter__(self) -> _Interrupts:
@@ -224,8 +225,7 @@ class _Interrupts:
         if self.stop.requested:
             raise KeyboardInterrupt
         self.stop.request()
-        click.echo("pipeplan: interrupted: finishing with the best schedule found so far (Ctrl-C again to abort)",
-                   err=True)
+        click.echo(f"pipeplan: interrupted: {self.finishing} (Ctrl-C again to abort)", err=True)
 
     def _on_terminate(self, _signum: int, _frame: object) -> None:
         raise Terminated
@@ -432,6 +432,8 @@ def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, 
                f"{problem.num_microbatches} microbatches, {problem.placement} placement")
 
 
+# What the first Ctrl-C does to a sweep on tasks.
+_SWEEP_STOPPING = "stopping the sweep; finished tasks are kept"
 # The store's file name inside --out when --store is not given.
 STORE_NAME = "store.sqlite"
 
@@ -648,7 +650,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     stop = StopRequest()
     stats: dict[str, Any] = {}
     if tasks:
-        with _SweepPlace(out, force, store_path, jobs, ray_address) as place, _Interrupts(stop), \
+        with _SweepPlace(out, force, store_path, jobs, ray_address) as place, _Interrupts(stop, _SWEEP_STOPPING), \
                 _TaskProgress(quiet, show_progress) as task_progress:
             rows = frontier(cfg.problem, sweep, settings, stop=stop, executor=place.executor, store=place.store,
                             refresh=refresh, task_progress=task_progress, stats=stats)
@@ -730,7 +732,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     if jobs is None and ray_address is None:
         jobs = int(loaded.sweep_kwargs.get("processes", 1))
     stop = StopRequest()
-    with _SweepPlace(out, force, store_path, jobs, ray_address) as place, _Interrupts(stop), \
+    with _SweepPlace(out, force, store_path, jobs, ray_address) as place, _Interrupts(stop, _SWEEP_STOPPING), \
             _TaskProgress(quiet, show_progress) as progress:
         result = run_study(loaded, time_limit_s=time_limit, progress=progress, executor=place.executor,
                            store=place.store, refresh=refresh, should_stop=lambda: stop.requested)

@@ -37,6 +37,7 @@ from pipeplan.schedules import generate
 from pipeplan.simulate import simulate
 from pipeplan.sizing.sweep import sweep_with_stats
 from pipeplan.store import FORMAT_VERSION, Store, StoreError, task_key
+from pipeplan.torch_csv import to_torch_csv
 
 # pipeplan.sizing exports the function sweep, which hides its module of the same name.
 sweep_module = importlib.import_module("pipeplan.sizing.sweep")
@@ -188,6 +189,7 @@ def test_a_rerun_reuses_every_row_and_refresh_runs_them_again(tmp_path: Path) ->
         problem, schedule = stored.problem(), stored.schedule()
         assert problem is not None and schedule is not None
         assert compute_metrics(simulate(problem, schedule)).makespan == pytest.approx(best["pipeline_time_s"])
+        assert to_torch_csv(problem, schedule).count("\n") >= problem.num_devices  # and exported, one row per rank
 
 
 def test_a_failed_task_is_recorded_and_the_sweep_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
