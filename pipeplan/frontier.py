@@ -233,7 +233,7 @@ def _solve_budget(job: tuple[Problem, SolverSettings]) -> TaskOutput:
     except InfeasibleBudget as exc:
         return TaskOutput({"infeasible": str(exc)})
     record = {"lower_bound": result.lower_bound, "solve_time_s": result.solve_time_s, "source": result.source}
-    return TaskOutput(record, problem, result.schedule)
+    return TaskOutput.of(record, problem, result.schedule)
 
 
 def _frontier_tasks(problem: Problem, ordered: list[float], settings: SolverSettings, executor: Executor | None,

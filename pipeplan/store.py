@@ -4,9 +4,10 @@ repeated.
 A row is keyed by :func:`task_key`, a hash of everything that decides the result (the problem or the
 configuration it is built from, the schedule, the solver settings) and pipeplan's version, so a re-run of the
 same or an overlapping sweep finds its rows and a change to any of those misses them. A row holds the result's
-record (JSON), the problem and the schedule's per-device orders, so a stored optimum can be replayed, reported
-and exported without solving again (:meth:`StoredRow.problem`, :meth:`StoredRow.schedule`). A failed task is
-stored with its error and is run again next time.
+record (JSON) and, for the optimizer's results, the problem and the schedule's per-device orders, so a stored
+optimum can be replayed, reported and exported without solving again (:meth:`StoredRow.problem`,
+:meth:`StoredRow.schedule`; a named schedule's orders are its generator's, so they are not kept). A failed task
+is stored with its error and is run again next time.
 
 Each row is written in its own transaction, in WAL mode: a process killed at any point (even ``kill -9``)
 leaves every committed row and never a half-written one. A new store is built under a temporary name and moved
@@ -133,11 +134,25 @@ class StoredRow:
 
 @dataclass(frozen=True)
 class TaskOutput:
-    """What a sweep's task returns for the store: its record, and the problem and schedule when it has them."""
+    """What a sweep's task returns for the store: its record, and the problem and schedule as JSON when it has
+    them. Encoded in the task (:meth:`of`), so that a worker process sends the parent one string rather than
+    thousands of op objects, and the store writes it as it is."""
 
     record: dict[str, Any]
-    problem: Problem | None = None
-    schedule: Schedule | None = None
+    problem_json: str | None = None
+    orders_json: str | None = None
+
+    @classmethod
+    def of(cls, record: dict[str, Any], problem: Problem | None = None,
+           schedule: Schedule | None = None) -> TaskOutput:
+        return cls(record, None if problem is None else json.dumps(problem_record(problem)),
+                   None if schedule is None else json.dumps(orders_record(schedule), separators=(",", ":")))
+
+    def problem(self) -> Problem | None:
+        return None if self.problem_json is None else problem_from_record(json.loads(self.problem_json))
+
+    def schedule(self) -> Schedule | None:
+        return None if self.orders_json is None else schedule_from_record(json.loads(self.orders_json))
 
 
 def _refuse(path: Path, why: str) -> StoreError:
@@ -248,8 +263,8 @@ class Store:
 
     def put(self, key: str, kind: str, label: str, output: TaskOutput | None = None, error: str | None = None) -> None:
         """Write one row in its own transaction (replacing a failed row of the same key)."""
-        problem = None if output is None or output.problem is None else json.dumps(problem_record(output.problem))
-        orders = None if output is None or output.schedule is None else json.dumps(orders_record(output.schedule))
+        problem = None if output is None else output.problem_json
+        orders = None if output is None else output.orders_json
         record = None if output is None else json.dumps(output.record)
         try:
             with self._db:
@@ -361,4 +376,5 @@ def record_of(output: TaskOutput | StoredRow) -> dict[str, Any]:
 
 
 def schedule_of(output: TaskOutput | StoredRow) -> Schedule | None:
-    return output.schedule if isinstance(output, TaskOutput) else output.schedule()
+    """The schedule of a fresh or a stored result, when it has one."""
+    return output.schedule()

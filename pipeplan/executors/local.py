@@ -17,6 +17,14 @@ from pipeplan.problem import ConfigError
 _POLL_S = 0.1
 
 
+# Tasks sent to a worker at once, at most: small tasks (a replay of a few milliseconds) cost less in batches.
+_MAX_BATCH = 16
+
+
+def _call_batch(function: Callable[[Any], Any], batch: list[tuple[int, Any]]) -> list[TaskResult]:
+    return [call(function, index, item) for index, item in batch]
+
+
 def _ignore_interrupts() -> None:
     """Workers leave Ctrl-C to the parent, which decides whether to stop them (the terminal sends it to all)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -26,8 +34,10 @@ class LocalExecutor:
     """``jobs`` worker processes (started fresh, "spawn", so no thread or lock of the parent is copied); with one
     job, tasks run one after another in this process. Default: the machine's cores.
 
-    A worker that dies (killed, out of memory, a crash in native code) fails the tasks it and the pool had not
-    finished, with an error saying so; the pool is then started afresh for the next :meth:`map`.
+    Many tasks go to the workers in batches (up to 16 tasks, and at least 32 batches per worker, so that the load
+    evens out); a batch's results come back together. A worker that dies (killed, out of memory, a crash in native
+    code) fails the tasks it and the pool had not finished, with an error saying so; the pool is then started
+    afresh for the next :meth:`map`.
     """
 
     name = "local"
@@ -69,8 +79,10 @@ class LocalExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_ignore_interrupts)
-        futures: dict[Future[TaskResult], int] = {  # keyed by future: the index of its input
-            self._pool.submit(call, function, index, item): index for index, item in enumerate(inputs)}
+        size = max(1, min(_MAX_BATCH, len(inputs) // (self.jobs * 32)))
+        batches = [list(enumerate(inputs))[start:start + size] for start in range(0, len(inputs), size)]
+        futures: dict[Future[list[TaskResult]], list[int]] = {  # keyed by future: the indices of its inputs
+            self._pool.submit(_call_batch, function, batch): [index for index, _ in batch] for batch in batches}
         waiting = set(futures)
         while waiting:
             if should_stop is not None and should_stop():
@@ -79,11 +91,11 @@ class LocalExecutor:
             done, waiting = wait(waiting, timeout=_POLL_S, return_when=FIRST_COMPLETED)
             for future in done:
                 try:
-                    result = future.result()
+                    results = future.result()
                 except BrokenProcessPool:
                     self._pool = None  # broken for good: the next map starts a new one
-                    result = TaskResult(futures[future], error="BrokenProcessPool: a worker process died (killed, "
-                                        "out of memory or crashed) before this task finished")
+                    results = [TaskResult(index, error="BrokenProcessPool: a worker process died (killed, out of "
+                                          "memory or crashed) before this task finished") for index in futures[future]]
                 except Exception as exc:  # e.g. an input or a result that cannot be pickled
-                    result = TaskResult(futures[future], error=describe(exc))
-                yield result
+                    results = [TaskResult(index, error=describe(exc)) for index in futures[future]]
+                yield from results

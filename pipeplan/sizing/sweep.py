@@ -282,8 +282,8 @@ def _optimal_task(model: Model, hardware: Hardware, setup: Setup, balanced: bool
 
 
 def _run_named_task(job: tuple[Model, Hardware, Setup, str, bool]) -> TaskOutput:
-    """One named schedule on one configuration: its row, problem and orders (or a row saying why it does not
-    apply). A module-level function, so that worker processes can run it."""
+    """One named schedule on one configuration: its row (or a row saying why it does not apply). A module-level
+    function, so that worker processes can run it."""
     model, hardware, setup, name, balanced = job
 
     def build(split: bool, where: str) -> SizedProblem:
@@ -297,7 +297,7 @@ def _run_named_task(job: tuple[Model, Hardware, Setup, str, bool]) -> TaskOutput
         return TaskOutput({**_setup_columns(setup), "schedule": name, "skipped": reason})
     timeline, metrics = run_named(sized, orders)
     row = _row(summarize(sized, setup, model, hardware, name, timeline, metrics, "", None))
-    return TaskOutput(row, sized.problem, orders)
+    return TaskOutput.of(row)  # the orders are the generator's: the name regenerates them, no need to store
 
 
 def _run_optimal_task(job: tuple[Model, Hardware, Setup, bool, float, int, int]) -> TaskOutput:
@@ -310,7 +310,7 @@ def _run_optimal_task(job: tuple[Model, Hardware, Setup, bool, float, int, int])
     except ConfigError as exc:
         return TaskOutput({**_setup_columns(setup), "schedule": OPTIMAL, "skipped": str(exc)})
     row = _row(summarize(sized, setup, model, hardware, OPTIMAL, timeline, metrics, status, gap))
-    return TaskOutput(row, sized.problem, timeline.schedule)
+    return TaskOutput.of(row, sized.problem, timeline.schedule)
 
 
 def _optimal_targets(named: list[tuple[Setup, list[dict[str, Any]]]], top: int | None,
