@@ -5,6 +5,10 @@ The sweep runs the budgets in increasing order and gives each solve the previous
 start. Should a solve still come back worse than that answer (a time-limited search proves nothing), the
 previous schedule is kept: it fits the larger budget unchanged. So the optimizer's curve never rises.
 
+Given an executor (or a store), the budgets are instead solved at once, each on its own; the same promise is
+then kept afterwards: in increasing order, an answer worse than a smaller budget's is replaced by that budget's
+schedule, replayed here.
+
 Bounds travel the other way: a lower bound proven at a larger budget also holds at every smaller one (the
 optimum there can only be higher), so each budget's bound is the largest proven at it or above it.
 

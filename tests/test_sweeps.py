@@ -368,3 +368,29 @@ def test_progress_on_a_pipe_only_with_the_flag(capsys: pytest.CaptureFixture[str
     assert "0 of 18 results came from the store" in captured.out  # 9 configurations, 2 schedules
     assert main(["size", str(study), "--store", str(store), "--jobs", "1", "--quiet"]) == 0
     assert f"18 of 18 results came from the store {store}" in capsys.readouterr().out
+
+
+def test_a_failed_budget_is_listed_and_the_frontier_goes_on(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipeplan.frontier as frontier_module
+
+    real = frontier_module.solve
+
+    def broken(problem: Any, settings: Any, **kwargs: Any) -> Any:
+        if problem.budget[0] == 3.0:
+            raise RuntimeError("boom")
+        return real(problem, settings, **kwargs)
+
+    monkeypatch.setattr(frontier_module, "solve", broken)
+    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
+    store = tmp_path / "f.sqlite"
+    argv = ["frontier", str(config), "--budgets", "2:4:1", "--time-limit", "0.5", "--jobs", "1", "--store", str(store)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "budget 3: failed: RuntimeError: boom" in out
+    assert "1 task(s) failed (recorded in the store; a re-run tries them again):" in out
+    assert "  budget 3: RuntimeError: boom" in out
+    monkeypatch.setattr(frontier_module, "solve", real)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "2 of 3 results came from the store" in out and "task(s) failed" not in out and "boom" not in out
