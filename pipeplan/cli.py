@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -25,7 +27,14 @@ from pipeplan.frontier import SweepProgress, frontier
 from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
 from pipeplan.problem import ConfigError, PipeplanError
-from pipeplan.report.files import check_output_folder, config_record, write_file, write_folder, write_results
+from pipeplan.report.files import (
+    check_output_folder,
+    config_record,
+    is_unfinished_sweep,
+    write_file,
+    write_folder,
+    write_results,
+)
 from pipeplan.schedules import generate, names
 from pipeplan.simulate import simulate
 from pipeplan.solver import Progress, SolveResult, StopRequest
@@ -203,8 +212,9 @@ class _Interrupts:
     """Ctrl-C during a search: the first one stops the search, which finishes with the best schedule found so
     far (the run then exits 130); a second one, or SIGTERM, aborts at once. Handlers are restored on exit."""
 
-    def __init__(self, stop: StopRequest) -> None:
+    def __init__(self, stop: StopRequest, finishing: str = "finishing with the best schedule found so far") -> None:
         self.stop = stop
+        self.finishing = finishing
         self.previous: dict[int, Any] = {}  # keyed by signal number: the handler to restore
 
     def __enter__(self) -> _Interrupts:
@@ -221,8 +231,7 @@ class _Interrupts:
         if self.stop.requested:
             raise KeyboardInterrupt
         self.stop.request()
-        click.echo("pipeplan: interrupted: finishing with the best schedule found so far (Ctrl-C again to abort)",
-                   err=True)
+        click.echo(f"pipeplan: interrupted: {self.finishing} (Ctrl-C again to abort)", err=True)
 
     def _on_terminate(self, _signum: int, _frame: object) -> None:
         raise Terminated
@@ -429,6 +438,160 @@ def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, 
                f"{problem.num_microbatches} microbatches, {problem.placement} placement")
 
 
+# What the first Ctrl-C does to a sweep on tasks.
+_SWEEP_STOPPING = "stopping the sweep; finished tasks are kept"
+# The store's file name inside --out when --store is not given.
+STORE_NAME = "store.sqlite"
+
+
+def _sweep_options(func: F) -> F:
+    """The flags every sweeping command shares: where tasks run, the result store, progress."""
+    options = [
+        click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="Tasks at once: local worker processes (1: in this process), or with '--ray local' the "
+                     "CPUs of the Ray cluster it starts."),
+        click.option("--ray", "ray_address", default=None, metavar="auto|ADDRESS|local",
+                     help="Run the tasks on Ray (pip install 'pipeplan[ray]'): 'auto' joins the cluster running "
+                     "here, ADDRESS (HOST:PORT) a given one, 'local' starts a private one."),
+        click.option("--store", "store_path", type=click.Path(path_type=Path), default=None, metavar="FILE",
+                     help=f"Result store (SQLite): finished tasks are written to it and reused by a re-run "
+                     f"(default: DIR/{STORE_NAME} with --out, else none)."),
+        click.option("--refresh", is_flag=True, help="Run every task again, ignoring the store (still writes it)."),
+        click.option("--progress", "show_progress", is_flag=True,
+                     help="Show progress even when stderr is not a terminal (one line a second)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+class _TaskProgress:
+    """Sweep progress on stderr: a rich bar on a terminal (done / total, reused, failed, elapsed, time left);
+    with --progress on a pipe, one plain line a second at most; else nothing."""
+
+    def __init__(self, quiet: bool, forced: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.console = Console(stderr=True)
+        terminal = self.console.is_terminal
+        self.bar = (Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[reused]} reused, {task.fields[failed]} failed"),
+                             TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), console=self.console)
+                    if terminal and (forced or not quiet) else None)
+        self.lines = forced and not terminal
+        self.task: Any = None
+        self.started = time.monotonic()
+        self.last_line = 0.0
+        self.last: Any = None
+
+    def __enter__(self) -> _TaskProgress:
+        if self.bar is not None:
+            self.bar.__enter__()
+            self.task = self.bar.add_task("sweep", total=None, reused=0, failed=0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+        elif self.lines and self.last is not None:
+            self._line(self.last)
+
+    def _line(self, report: Any) -> None:
+        elapsed = time.monotonic() - self.started
+        ran = report.done - report.reused
+        left = ""
+        if 0 < ran and report.done < report.total:
+            left = f", about {elapsed / ran * (report.total - report.done):.0f} s left"
+        self.console.print(f"progress: {report.done}/{report.total} done, {report.reused} reused, {report.failed} "
+                           f"failed, {elapsed:.1f} s elapsed{left}", highlight=False, soft_wrap=True)
+        self.last_line = time.monotonic()
+
+    def __call__(self, report: Any) -> None:
+        if isinstance(report, str):
+            if self.bar is not None:
+                self.bar.update(self.task, description=report)
+            return
+        self.last = report
+        if self.bar is not None:
+            self.bar.update(self.task, completed=report.done, total=report.total, reused=report.reused,
+                            failed=report.failed, description="sweep")
+        elif self.lines and time.monotonic() - self.last_line >= 1.0:
+            self._line(report)
+
+
+class _SweepPlace:
+    """Where a sweep runs and keeps its results: the executor (entered) and the store (opened), from the flags.
+
+    Without --store, the store is DIR/store.sqlite when --out DIR is given: DIR is created at the start to hold
+    it (so a killed run leaves it there), and the finished result folder, written atomically over DIR at the end,
+    carries a copy. A folder holding nothing but a store is an unfinished sweep: running again resumes it
+    without --force.
+    """
+
+    def __init__(self, out: Path | None, force: bool, store_path: Path | None, jobs: int | None,
+                 ray_address: str | None) -> None:
+        self.out = out
+        self.resuming = out is not None and is_unfinished_sweep(out)
+        self.force = force or self.resuming
+        _refuse_existing(out, self.force)
+        self.in_out = store_path is None and out is not None
+        self.store_path = out / STORE_NAME if self.in_out and out is not None else store_path
+        self.jobs = jobs
+        self.ray_address = ray_address
+        self.stack = contextlib.ExitStack()
+        self.store: Any = None
+        self.executor: Any = None
+        self.created_out = False
+
+    def __enter__(self) -> _SweepPlace:
+        from pipeplan.executors import make_executor
+        from pipeplan.store import Store
+
+        try:
+            if self.store_path is not None:
+                if self.in_out and self.out is not None and not self.out.exists():
+                    self.out.mkdir(parents=True)
+                    self.created_out = True
+                    self.force = True  # the folder now holds only the store: the result replaces it
+                self.store = self.stack.enter_context(Store(self.store_path))
+            self.executor = self.stack.enter_context(make_executor(self.jobs, self.ray_address))
+        except BaseException:
+            self.stack.close()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self.stack.close()
+        if (kind is not None and issubclass(kind, PipeplanError) and self.created_out and self.out is not None
+                and is_unfinished_sweep(self.out)):
+            # Bad input found during the run (e.g. nothing fits): leave no folder behind, as for any bad input.
+            shutil.rmtree(self.out, ignore_errors=True)
+
+    def add_store_copy(self, folder: Path) -> None:
+        """Put a copy of the store in the result folder being written, when the store lives in --out."""
+        if self.in_out and self.store is not None:
+            self.store.copy_to(folder / STORE_NAME)
+
+    def summary(self, console: Console, total: int, reused: int, failures: dict[str, str]) -> None:
+        """Say how many results came from the store, and list the tasks that failed."""
+        if self.store_path is not None:
+            console.print(f"{reused} of {total} results came from the store {self.store_path}"
+                          f"{'' if reused else ' (none: all were run)'}", style="dim", soft_wrap=True,
+                          highlight=False)
+        if failures:
+            console.print(f"{len(failures)} task(s) failed (recorded in the store; a re-run tries them again):",
+                          style="yellow", highlight=False)
+            for label, error in failures.items():
+                console.print(f"  {label}: {error}", style="yellow", soft_wrap=True, highlight=False)
+
+
 def parse_budgets(text: str) -> list[float]:
     """Budgets from "A:B:STEP": A, A+STEP, ... up to B inclusive (0 < A <= B, STEP > 0, at most 500 values)."""
     parts = text.split(":")
@@ -461,29 +624,66 @@ MAX_BUDGETS = 500
 @click.option("--no-png", is_flag=True, help="With --out, skip the PNG (which needs kaleido and Chromium).")
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
 @click.option("--quiet", is_flag=True, help="No progress display.")
+@_sweep_options
 @_debug_option
 def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective: str | None, workers: int | None,
-                 random_seed: int | None, out: Path | None, no_png: bool, force: bool, quiet: bool) -> None:
+                 random_seed: int | None, out: Path | None, no_png: bool, force: bool, quiet: bool,
+                 jobs: int | None, ray_address: str | None, store_path: Path | None, refresh: bool,
+                 show_progress: bool) -> None:
     """Sweep the memory budget: every schedule's objective and the optimizer's at each budget.
 
     The memory-time frontier: how much step time each extra unit of activation memory buys. The optimizer's
-    curve never rises as the budget grows (each solve starts from the previous budget's answer). Budgets that
-    admit no schedule are listed with the reason; if none does, the exit status is 2.
+    curve never rises as the budget grows. Budgets that admit no schedule are listed with the reason; if none
+    does, the exit status is 2.
+
+    With one job and no store (no --out, --store, --jobs or --ray), budgets are solved one after another, each
+    starting from the previous answer. Otherwise each budget is a task: the tasks run at once (--jobs local
+    processes, default: cores / CP-SAT workers; or --ray), finished ones are kept in the store and reused by a
+    re-run, and an answer worse than a smaller budget's is replaced by that budget's schedule.
 
     \b
-    Example:
+    Examples:
       pipeplan frontier models/split-8x32.yaml --budgets 8:16:2 --time-limit 10 --out results/frontier
+      pipeplan frontier models/split-8x32.yaml --budgets 8:16:1 --workers 1 --jobs 2 --store frontier.sqlite
     """
     cfg = load_config(config, ignore_budget=True)  # the sweep sets the budget, so the file's may be anything
     sweep = parse_budgets(budgets)
-    _refuse_existing(out, force)
     settings = _settings(cfg, time_limit_s=time_limit, objective=objective, num_workers=workers,
                          random_seed=random_seed)
+    tasks = not (out is None and store_path is None and ray_address is None and (jobs or 1) == 1)
+    if jobs is None and ray_address is None:
+        jobs = max(1, (os.cpu_count() or 1) // settings.num_workers)
     stop = StopRequest()
-    with _Interrupts(stop), _ProgressLine(not quiet, cfg.units.time, cfg.units.memory) as progress:
-        rows = frontier(cfg.problem, sweep, settings, progress=progress, stop=stop)
+    stats: dict[str, Any] = {}
+    if tasks:
+        with _SweepPlace(out, force, store_path, jobs, ray_address) as place, _Interrupts(stop, _SWEEP_STOPPING), \
+                _TaskProgress(quiet, show_progress) as task_progress:
+            rows = frontier(cfg.problem, sweep, settings, stop=stop, executor=place.executor, store=place.store,
+                            refresh=refresh, task_progress=task_progress, stats=stats)
+            _write_frontier(out, place.force, rows, cfg, settings, no_png, place.add_store_copy)
+    else:
+        _refuse_existing(out, force)
+        with _Interrupts(stop), _ProgressLine(not quiet, cfg.units.time, cfg.units.memory) as progress:
+            rows = frontier(cfg.problem, sweep, settings, progress=progress, stop=stop)
+        _write_frontier(out, force, rows, cfg, settings, no_png)
     from pipeplan.report.tables import frontier_table
 
+    console = _console()
+    console.print(frontier_table(cfg.name, rows, settings.objective, cfg.units))
+    for row in rows:
+        if row.note:
+            console.print(f"budget {row.budget:g}: {row.note}", style="yellow", soft_wrap=True)
+    if tasks:
+        place.summary(console, stats["total"], stats["reused"], stats["failures"])
+    if out is not None:
+        written = ", ".join(sorted(p.name for p in out.iterdir()))
+        console.print(f"wrote {out}/: {written}")
+    _exit_if_interrupted(stop)
+
+
+def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config, settings: SolverSettings,
+                    no_png: bool, extra: Callable[[Path], None] | None = None) -> None:
+    """Write DIR/frontier.csv, frontier.html and frontier.png (unless ``no_png``) atomically."""
     if out is not None:
         from pipeplan.report.figures import frontier_figure, save
         from pipeplan.report.files import frontier_frame
@@ -494,34 +694,10 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
                                   "activation memory budget", time_unit=cfg.units.time,
                                   memory_unit=cfg.units.memory)
             save(fig, folder / "frontier", png=not no_png, self_contained=True)
+            if extra is not None:
+                extra(folder)
 
         write_folder(out, force, fill)
-    console = _console()
-    console.print(frontier_table(cfg.name, rows, settings.objective, cfg.units))
-    for row in rows:
-        if row.note:
-            console.print(f"budget {row.budget:g}: {row.note}", style="yellow", soft_wrap=True)
-    if out is not None:
-        written = ", ".join(sorted(p.name for p in out.iterdir()))
-        console.print(f"wrote {out}/: {written}")
-    _exit_if_interrupted(stop)
-
-
-class _SizeProgress(_StatusLine):
-    """Live sweep progress on stderr ("12/48 configurations: tp4 pp8 ...") when stderr is a terminal."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.console = Console(stderr=True)
-        self.status = self.console.status("sizing ...") if enabled and self.console.is_terminal else None
-
-    def __call__(self, report: object) -> None:
-        if self.status is None:
-            return
-        if isinstance(report, str):
-            self.status.update(f"sizing: {report} ...")
-        else:
-            done, total, label = (getattr(report, key) for key in ("done", "total", "label"))
-            self.status.update(f"sizing: {done}/{total} configurations ({label})")
 
 
 @cli.command("size", short_help="Size a cluster: the fastest parallel layout and schedule that fits.")
@@ -534,28 +710,49 @@ class _SizeProgress(_StatusLine):
               help="Optimizer time limit in seconds per configuration (overrides optimizer.time_limit_s).")
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
 @click.option("--quiet", is_flag=True, help="No progress display.")
+@_sweep_options
 @_debug_option
-def size(study: str, out: Path | None, top: int, time_limit: float | None, force: bool, quiet: bool) -> None:
+def size(study: str, out: Path | None, top: int, time_limit: float | None, force: bool, quiet: bool,
+         jobs: int | None, ray_address: str | None, store_path: Path | None, refresh: bool,
+         show_progress: bool) -> None:
     """Find the parallel sizes, microbatch size, chunks and schedule with the most tokens/s within memory.
 
     STUDY names a model and a GPU (presets, see 'pipeplan presets'), GPU counts, batch, sequence length and
     the search space. Prints the top configurations and the optimal schedule's gain over 1F1B on the best
     one; with --out, DIR/report.html shows it all and DIR/best.yaml is a config for 'pipeplan solve'.
 
+    Each configuration and schedule is a task, run on --jobs local processes (default: the study's
+    "processes") or on Ray (--ray). Finished tasks go to a store (DIR/store.sqlite with --out, or --store FILE)
+    as they finish; running the same or an overlapping study again reuses them. Ctrl-C stops the sweep: the
+    finished rows are shown (and kept in the store) and the exit status is 130; run it again to resume.
+
     \b
-    Example:
+    Examples:
       pipeplan size models/size-llama3.1-70b.yaml --out results/size-llama3.1-70b
+      pipeplan size models/size-llama3.1-70b.yaml --ray auto --store sizing.sqlite
     """
     from pipeplan.report.sizing import gain_sentence, per_gpu_count_table, top_table, write_size_folder
     from pipeplan.sizing.study import load_study, run_study
 
     loaded = load_study(study)
-    _refuse_existing(out, force)
-    with _SizeProgress(not quiet) as progress:
-        result = run_study(loaded, time_limit_s=time_limit, progress=progress)
-        if out is not None:
-            write_size_folder(out, force, result, top)
+    if jobs is None and ray_address is None:
+        jobs = int(loaded.sweep_kwargs.get("processes", 1))
+    stop = StopRequest()
+    with _SweepPlace(out, force, store_path, jobs, ray_address) as place, _Interrupts(stop, _SWEEP_STOPPING), \
+            _TaskProgress(quiet, show_progress) as progress:
+        result = run_study(loaded, time_limit_s=time_limit, progress=progress, executor=place.executor,
+                           store=place.store, refresh=refresh, should_stop=lambda: stop.requested)
+        if out is not None and not stop.requested:
+            write_size_folder(out, place.force, result, top, extra=place.add_store_copy)
     console = _console()
+    stats = result.stats
+    if stats.stopped:
+        console.print(top_table(f"{loaded.name}: top {top} of the configurations finished", result.frame, top))
+        place.summary(console, stats.total, stats.reused, stats.failures)
+        where = f" (kept in {place.store_path})" if place.store_path is not None else ""
+        click.echo(f"pipeplan: interrupted: {stats.done} of {stats.total} tasks finished{where}; run the same "
+                   "command again to resume", err=True)
+        raise click.exceptions.Exit(INTERRUPTED)
     console.print(top_table(f"{loaded.name}: top {top} configurations that fit", result.frame, top))
     if result.frame["num_gpus"].nunique() > 1:
         console.print(per_gpu_count_table("the best configuration at each GPU count", result.frame))
@@ -564,8 +761,9 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     over = int((result.frame["skipped"].isna() & ~result.frame["fits"]).sum())
     console.print(f"{len(result.frame)} rows: {int(result.frame['fits'].sum())} fit, {over} over memory, "
                   f"{skipped} skipped (see sweep.csv)", style="dim", soft_wrap=True)
+    place.summary(console, stats.total, stats.reused, stats.failures)
     if out is not None:
-        console.print(f"wrote {out}/sweep.csv, report.html, best.yaml")
+        console.print(f"wrote {out}/sweep.csv, report.html, best.yaml{', ' + STORE_NAME if place.in_out else ''}")
 
 
 @cli.command("presets", short_help="List the model and hardware presets of 'pipeplan size'.")

@@ -5,6 +5,10 @@ The sweep runs the budgets in increasing order and gives each solve the previous
 start. Should a solve still come back worse than that answer (a time-limited search proves nothing), the
 previous schedule is kept: it fits the larger budget unchanged. So the optimizer's curve never rises.
 
+Given an executor (or a store), the budgets are instead solved at once, each on its own; the same promise is
+then kept afterwards: in increasing order, an answer worse than a smaller budget's is replaced by that budget's
+schedule, replayed here.
+
 Bounds travel the other way: a lower bound proven at a larger budget also holds at every smaller one (the
 optimum there can only be higher), so each budget's bound is the largest proven at it or above it.
 
@@ -18,13 +22,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from pipeplan.bounds import minimum_budget, prove
+from pipeplan.bounds import Proof, minimum_budget, prove
 from pipeplan.config import SolverSettings
+from pipeplan.executors import Executor
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.planner import evaluate_named
 from pipeplan.problem import ConfigError, Problem
-from pipeplan.simulate import simulate
+from pipeplan.schedule import Schedule
+from pipeplan.simulate import Timeline, simulate
 from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve
+from pipeplan.store import Progress as TaskProgress
+from pipeplan.store import Store, Task, TaskOutput, record_of, run_tasks, schedule_of, task_key
 
 log = logging.getLogger(__name__)
 
@@ -104,13 +112,19 @@ def _infeasible_row(budget: float, reason: str) -> FrontierRow:
     return FrontierRow(budget, "optimal", False, None, None, None, None, None, status=INFEASIBLE, note=reason)
 
 
+def _replay(problem: Problem, schedule: Schedule, objective: str, bound: float) -> tuple[Timeline, Metrics, float,
+                                                                                          Proof]:
+    """``schedule`` replayed under ``problem``, its objective, and what ``bound`` (proven there) proves of it."""
+    timeline = simulate(problem, schedule)
+    metrics = compute_metrics(timeline)
+    value = objective_of(metrics, objective)
+    return timeline, metrics, value, prove(value, bound)
+
+
 def _keep_previous(problem: Problem, previous: SolveResult, previous_budget: float,
                    result: SolveResult) -> SolveResult:
     """``previous`` replayed under ``problem`` (a larger budget), with ``result``'s bound, which holds here."""
-    timeline = simulate(problem, previous.schedule)
-    metrics = compute_metrics(timeline)
-    value = objective_of(metrics, result.objective_name)
-    proof = prove(value, result.lower_bound)
+    timeline, metrics, value, proof = _replay(problem, previous.schedule, result.objective_name, result.lower_bound)
     return replace(result, schedule=previous.schedule, timeline=timeline, metrics=metrics, objective=value,
                    lower_bound=proof.lower_bound, gap=proof.gap, status=proof.status,
                    source=f"budget {previous_budget:g}", solver_objective=None, solver_times=None)
@@ -137,8 +151,21 @@ def frontier(
     settings: SolverSettings,
     progress: SweepCallback | None = None,
     stop: StopRequest | None = None,
+    *,
+    executor: Executor | None = None,
+    store: Store | None = None,
+    refresh: bool = False,
+    task_progress: Callable[[TaskProgress], None] | None = None,
+    stats: dict[str, Any] | None = None,
 ) -> list[FrontierRow]:
     """For each budget (increasing), every applicable named schedule's row and the optimizer's row.
+
+    Without ``executor`` the budgets are solved one after another, each warm-started from the previous answer.
+    With one (see :mod:`pipeplan.executors`), they are solved at once, each on its own; then, in increasing
+    order, an answer worse than a smaller budget's is replaced by that smaller budget's schedule replayed here
+    (it fits unchanged), so the curve never rises either way. With ``store``, each budget's solve is looked up
+    there first (unless ``refresh``) and written as it finishes; ``task_progress`` then reports tasks done.
+    ``stats``, when given, is filled with "total", "reused" and "failures" (budget: error).
 
     A budget that admits no schedule gets one optimizer row with status INFEASIBLE and the reason in ``note``.
     Raises :class:`~pipeplan.solver.InfeasibleBudget` (a :class:`ConfigError`) when no budget admits one,
@@ -149,6 +176,9 @@ def frontier(
     ordered = sorted({float(b) for b in budgets})
     if not ordered:
         raise ConfigError("give at least one budget")
+    if executor is not None or store is not None:
+        return _frontier_tasks(problem, ordered, settings, executor, store, refresh, task_progress, stop,
+                               {} if stats is None else stats)
     rows: list[FrontierRow] = []
     previous: tuple[float, SolveResult] | None = None  # (budget, the optimizer's answer there)
     for index, budget in enumerate(ordered):
@@ -182,9 +212,82 @@ def frontier(
             log.info("stop requested: the sweep ends after budget %g", budget)
             break
     if previous is None:
-        need = max(minimum_budget(problem.with_budget(None)))
-        raise InfeasibleBudget(
+        _raise_none_fits(problem, ordered)
+    return _carry_bounds_down(rows)
+
+
+def _raise_none_fits(problem: Problem, ordered: list[float]) -> None:
+    need = max(minimum_budget(problem.with_budget(None)))
+    raise InfeasibleBudget(
             f"no budget from {ordered[0]:g} to {ordered[-1]:g} admits a schedule; the smallest that does is "
             f"{need:g} (one microbatch's activations on all of a device's chunks)"
         )
+
+
+# Status of the optimizer's row at a budget whose task raised (the error is in ``note``).
+FAILED = "FAILED"
+
+
+def _solve_budget(job: tuple[Problem, SolverSettings]) -> TaskOutput:
+    """One budget's solve, on its own (a module-level function, so that worker processes can run it): the
+    answer's proof and schedule, or the reason no schedule fits."""
+    problem, settings = job
+    try:
+        result = solve(problem, settings)
+    except InfeasibleBudget as exc:
+        return TaskOutput({"infeasible": str(exc)})
+    record = {"lower_bound": result.lower_bound, "solve_time_s": result.solve_time_s, "source": result.source}
+    return TaskOutput.of(record, problem, result.schedule)
+
+
+def _frontier_tasks(problem: Problem, ordered: list[float], settings: SolverSettings, executor: Executor | None,
+                    store: Store | None, refresh: bool, progress: Callable[[TaskProgress], None] | None,
+                    stop: StopRequest | None, stats: dict[str, Any]) -> list[FrontierRow]:
+    """The frontier with every budget solved as its own task (see :func:`frontier`)."""
+    at: dict[float, Problem] = {}  # keyed by budget: the problem under it
+    rows_at: dict[float, list[FrontierRow]] = {}  # keyed by budget: its rows so far
+    for budget in ordered:
+        try:
+            at[budget] = problem.with_budget(budget)
+        except ConfigError as exc:
+            rows_at[budget] = [_infeasible_row(budget, str(exc))]
+    tasks = {budget: Task(task_key("frontier", {"problem": p, "settings": settings}), f"budget {budget:g}",
+                          (p, settings)) for budget, p in at.items()}  # keyed by budget
+    outcome = run_tasks(list(tasks.values()), _solve_budget, kind="frontier", executor=executor, store=store,
+                        refresh=refresh, num_cpus=settings.num_workers, progress=progress,
+                        should_stop=None if stop is None else (lambda: stop.requested))
+    stats.update(total=len(tasks), reused=outcome.reused,
+                 failures={tasks[b].label: outcome.failures[t.key] for b, t in tasks.items()
+                           if t.key in outcome.failures})
+    previous: tuple[float, Schedule, float] | None = None  # (budget, schedule, objective) of the best answer below
+    for budget, task in tasks.items():
+        if task.key in outcome.failures:
+            rows_at[budget] = [FrontierRow(budget, "optimal", False, None, None, None, None, None, status=FAILED,
+                                           note=f"failed: {outcome.failures[task.key]}")]
+            continue
+        if task.key not in outcome.records:
+            continue  # stopped before this budget finished: left out
+        answer = outcome.records[task.key]
+        record = record_of(answer)
+        named, _ = evaluate_named(at[budget])
+        rows_at[budget] = [_row(budget, e.metrics, settings.objective) for e in named]
+        if "infeasible" in record:
+            rows_at[budget].append(_infeasible_row(budget, str(record["infeasible"])))
+            continue
+        schedule = schedule_of(answer)
+        assert schedule is not None
+        source = str(record["source"])
+        _, metrics, value, proof = _replay(at[budget], schedule, settings.objective, float(record["lower_bound"]))
+        if previous is not None and value > previous[2] * (1 + _TOLERANCE) + _TOLERANCE:
+            log.info("budget %g: the solve returned %g, worse than budget %g's %g; keeping that schedule",
+                     budget, value, previous[0], previous[2])
+            schedule, source = previous[1], f"budget {previous[0]:g}"
+            _, metrics, value, proof = _replay(at[budget], schedule, settings.objective, proof.lower_bound)
+        rows_at[budget].append(replace(_row(budget, metrics, settings.objective), schedule="optimal",
+                                       status=proof.status, lower_bound=proof.lower_bound, gap=proof.gap,
+                                       solve_time_s=float(record["solve_time_s"]), source=source))
+        previous = (budget, schedule, value)
+    if previous is None and not outcome.stopped and not outcome.failures:
+        _raise_none_fits(problem, ordered)
+    rows = [row for budget in ordered for row in rows_at.get(budget, [])]
     return _carry_bounds_down(rows)

@@ -165,7 +165,7 @@ def test_frontier_command_writes_csv_and_a_self_contained_plot(
     assert values == sorted(values, reverse=True)
     html = (out / "frontier.html").read_text(encoding="utf-8")
     assert html.count("* plotly.js v") == 1 and "<script src" not in html
-    expected = ["frontier.csv", "frontier.html", *(["frontier.png"] if png else [])]
+    expected = ["frontier.csv", "frontier.html", *(["frontier.png"] if png else []), "store.sqlite"]
     assert sorted(p.name for p in out.iterdir()) == expected
     assert [p.name for p in tmp_path.iterdir()] == ["sweep"]
 

@@ -21,7 +21,6 @@ import pytest
 
 import pipeplan.cli
 from pipeplan.cli import INTERRUPTED, TERMINATED, main
-from pipeplan.frontier import SweepProgress
 
 # A split backward at a tight budget: no warm start meets the bound, so CP-SAT searches (for up to 30 s).
 CONFIG = """\
@@ -103,14 +102,32 @@ def test_a_second_ctrl_c_or_sigterm_aborts_and_writes_nothing(
 def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path
 ) -> None:
-    # Ctrl-C as the sweep turns to its second budget: that budget is still answered (without a search: its
-    # best warm start), budgets 6 to 8 are never solved.
-    send_on_report(monkeypatch, lambda _n, r: isinstance(r, SweepProgress) and r.index == 1, signal.SIGINT)
+    # With --out each budget is a task (here one at a time, in this process) kept in DIR/store.sqlite. Ctrl-C
+    # as the first budget finishes: that budget is written, budgets 5 to 8 are never solved; the same command
+    # again reuses budget 4 from the store and solves the rest.
+    original = pipeplan.cli._TaskProgress.__call__
+    sent = {"done": False}
+
+    def report(self: Any, progress: Any) -> None:
+        if not sent["done"] and getattr(progress, "done", 0) == 1:
+            sent["done"] = True
+            os.kill(os.getpid(), signal.SIGINT)
+        original(self, progress)
+
+    monkeypatch.setattr(pipeplan.cli._TaskProgress, "__call__", report)
     out = tmp_path / "frontier"
-    code = main(["frontier", config, "--budgets", "4:8:1", "--time-limit", "1", "--out", str(out), "--no-png"])
+    argv = ["frontier", config, "--budgets", "4:8:1", "--time-limit", "1", "--jobs", "1", "--out", str(out),
+            "--no-png"]
+    code = main(argv)
     captured = capsys.readouterr()
     assert code == INTERRUPTED
     assert "interrupted" in captured.err
     lines = (out / "frontier.csv").read_text(encoding="utf-8").splitlines()
-    budgets = {float(line.split(",")[0]) for line in lines[1:]}
-    assert budgets == {4.0, 5.0}
+    assert {float(line.split(",")[0]) for line in lines[1:]} == {4.0}
+    assert "0 of 5 results came from the store" in captured.out
+    monkeypatch.setattr(pipeplan.cli._TaskProgress, "__call__", original)
+    assert main([*argv, "--force"]) == 0
+    captured = capsys.readouterr()
+    assert "1 of 5 results came from the store" in captured.out
+    lines = (out / "frontier.csv").read_text(encoding="utf-8").splitlines()
+    assert {float(line.split(",")[0]) for line in lines[1:]} == {4.0, 5.0, 6.0, 7.0, 8.0}

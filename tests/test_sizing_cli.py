@@ -52,7 +52,7 @@ def test_size_prints_the_top_table_and_the_gain_and_writes_the_folder(capsys: py
     assert code == 0, stderr
     assert "tiny on H100: top 3 configurations that fit" in stdout
     assert "optimal schedule on " in stdout and "against 1F1B's" in stdout
-    assert sorted(p.name for p in out.iterdir()) == ["best.yaml", "report.html", "sweep.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["best.yaml", "report.html", "store.sqlite", "sweep.csv"]
     frame = pd.read_csv(out / "sweep.csv")
     assert {"tokens_per_s", "mfu", "memory_gib", "skipped", "status", "gap"} <= set(frame.columns)
     page = (out / "report.html").read_text(encoding="utf-8")

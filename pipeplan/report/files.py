@@ -91,8 +91,20 @@ def _umask() -> int:
     return mask
 
 
-# A folder holding one of these is a pipeplan result folder, which --force may replace.
-RESULT_MARKERS = ("summary.json", "frontier.csv", "sweep.csv")
+# A folder holding one of these is a pipeplan result folder, which --force may replace (a sweep's result store
+# included: a sweep creates its folder to hold it while it runs).
+RESULT_MARKERS = ("summary.json", "frontier.csv", "sweep.csv", "store.sqlite")
+# What a sweep's folder holds while the sweep runs: its store and SQLite's files beside it.
+_STORE_FILES = frozenset({"store.sqlite", "store.sqlite-wal", "store.sqlite-shm", "store.sqlite-journal"})
+
+
+def is_unfinished_sweep(path: Path) -> bool:
+    """True when ``path`` is a folder holding a sweep's store and nothing else: a sweep that was stopped or killed
+    before it wrote its results. Running the sweep again resumes it (and may replace the folder)."""
+    if not path.is_dir() or path.is_symlink():
+        return False
+    entries = {entry.name for entry in path.iterdir()}
+    return "store.sqlite" in entries and entries <= _STORE_FILES
 
 
 def is_result_folder(path: Path) -> bool:

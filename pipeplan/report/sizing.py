@@ -8,6 +8,7 @@ activation memory (the figures of :mod:`pipeplan.report.figures`, on the best pl
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -222,8 +223,10 @@ def best_config_text(result: StudyResult) -> str:
     return header + yaml.safe_dump(record, sort_keys=False, width=120)
 
 
-def write_size_folder(out: Path, force: bool, result: StudyResult, top: int) -> None:
-    """Write sweep.csv, report.html and best.yaml to ``out`` atomically (nothing is left on error)."""
+def write_size_folder(out: Path, force: bool, result: StudyResult, top: int,
+                      extra: Callable[[Path], None] | None = None) -> None:
+    """Write sweep.csv, report.html and best.yaml to ``out`` atomically (nothing is left on error); ``extra``
+    adds more files to the folder before it is moved into place."""
     frame = result.frame.copy()
     frame["reserve_gib"] = result.best["reserve_gib"]
     headline = (f"Best: {candidate_label(result.best)} with {result.best['schedule']}: "
@@ -241,5 +244,7 @@ def write_size_folder(out: Path, force: bool, result: StudyResult, top: int) -> 
         result.frame.to_csv(folder / "sweep.csv", index=False)
         (folder / REPORT_NAME).write_text(page, encoding="utf-8")
         (folder / "best.yaml").write_text(best_config_text(result), encoding="utf-8")
+        if extra is not None:
+            extra(folder)
 
     write_folder(out, force, fill)

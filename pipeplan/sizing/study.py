@@ -21,7 +21,7 @@ The format (keys are a contract; unknown keys are errors, so a typo is never sil
       distributed_optimizer: true
       overlap_grad_sync: true
       balanced: false                   # uneven layer split that minimises the slowest stage
-    processes: 2                        # worker processes replaying named schedules (default: CPUs, at most 4)
+    processes: 2                        # local worker processes running the tasks (default: CPUs, at most 4)
     optimizer:                          # only used when schedules has "optimal"
       time_limit_s: 10                  # per configuration
       top: 3                            # run it on the 3 configurations whose best named schedule is fastest
@@ -185,6 +185,8 @@ class StudyResult:
     """1F1B on the best row's sizes, one chunk per device."""
     optimal: dict[str, Any]
     """The optimizer on the same problem as ``baseline`` (split backward)."""
+    stats: Any = None
+    """The sweep's :class:`~pipeplan.sizing.sweep.SweepStats`: tasks in all, reused from the store, failures."""
 
     @property
     def gain_label(self) -> str:
@@ -195,19 +197,24 @@ class StudyResult:
 
 
 def run_study(study: Study, time_limit_s: float | None = None,
-              progress: Callable[[Any], None] | None = None) -> StudyResult:
+              progress: Callable[[Any], None] | None = None, **sweep_options: Any) -> StudyResult:
     """Sweep the study's search space, then replay the best plan and compare the optimizer with 1F1B on it.
 
-    ``time_limit_s`` overrides the study's optimizer time limit. Raises :class:`ConfigError` when no
-    configuration runs within memory, naming what removed each candidate.
+    ``time_limit_s`` overrides the study's optimizer time limit; ``sweep_options`` (``executor``, ``store``,
+    ``refresh``, ``should_stop``, ``processes``) go to :func:`~pipeplan.sizing.sweep.sweep`. Raises
+    :class:`ConfigError` when no configuration runs within memory, naming what removed each candidate. A sweep
+    stopped early (``should_stop``) returns its rows so far, with empty ``best``, ``baseline`` and ``optimal``.
     """
     from pipeplan.sizing.estimate import estimate
-    from pipeplan.sizing.sweep import best_row, sweep
+    from pipeplan.sizing.sweep import best_row, sweep_with_stats
 
     kwargs = dict(study.sweep_kwargs)
     if time_limit_s is not None:
         kwargs["time_limit_s"] = time_limit_s
-    frame = sweep(**kwargs, progress=progress)
+    kwargs.update(sweep_options)
+    frame, stats = sweep_with_stats(**kwargs, progress=progress)
+    if stats.stopped:
+        return StudyResult(study, frame, {}, {}, {}, stats)
     best = best_row(frame)
     common: dict[str, Any] = {key: kwargs[key] for key in ("model", "hardware", "global_batch_size", "seq_len")}
     for key in ("sequence_parallel", "flash_attention", "distributed_optimizer", "overlap_grad_sync", "balanced"):
@@ -227,4 +234,4 @@ def run_study(study: Study, time_limit_s: float | None = None,
     else:
         best_estimate = estimate(**common, **sizes, num_chunks=int(best["num_chunks"]),
                                  schedule=str(best["schedule"]), **solver)
-    return StudyResult(study, frame, best_estimate, baseline, optimal)
+    return StudyResult(study, frame, best_estimate, baseline, optimal, stats)

@@ -10,13 +10,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from pipeplan.executors import Executor, ShouldStop
+from pipeplan.executors.local import LocalExecutor
 from pipeplan.problem import ConfigError
 from pipeplan.schedule import NotApplicable
 from pipeplan.sizing.build import SizedProblem, build_problem, optimizer_variant
@@ -24,6 +26,7 @@ from pipeplan.sizing.estimate import OPTIMAL, check_schedule, place_named, run_n
 from pipeplan.sizing.hardware import Hardware, load_hardware
 from pipeplan.sizing.models import Model, load_model
 from pipeplan.sizing.setup import RECOMPUTE_MODES, Setup, constraint_violation
+from pipeplan.store import Outcome, Progress, Store, Task, TaskOutput, record_of, run_tasks, task_key
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +39,8 @@ COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class SweepProgress:
-    """How far a sweep is: configurations done out of the total, and the one just finished."""
-
-    done: int
-    total: int
-    label: str
+# Progress of a sweep (done / total, reused, failed, last finished), as the store's task loop reports it.
+SweepProgress = Progress
 
 
 def _as_list(name: str, value: object) -> list[Any]:
@@ -80,16 +78,91 @@ def sweep(
     num_workers: int | None = None,
     random_seed: int = 0,
     processes: int = 1,
-    progress: Callable[[SweepProgress], None] | None = None,
+    executor: Executor | None = None,
+    store: Store | None = None,
+    refresh: bool = False,
+    progress: Callable[[Progress], None] | None = None,
+    should_stop: ShouldStop | None = None,
 ) -> pd.DataFrame:
     """Estimate every combination of the search space; one row per configuration and schedule.
 
     Each list also accepts a single value; ``num_gpus`` an int or a list, and the data-parallel size is
     num_gpus / (tensor_parallel x pipeline_parallel). "optimal" among ``schedules`` runs CP-SAT for
-    ``time_limit_s`` seconds per configuration, on every configuration or, with ``optimal_top=K``, on the K
-    configurations whose best named schedule is fastest. ``processes`` > 1 replays the named schedules in that
-    many worker processes. Columns are :data:`COLUMNS`.
+    ``time_limit_s`` seconds per configuration with ``num_workers`` workers (default: the machine's cores), on
+    every configuration or, with ``optimal_top=K``, on the K configurations whose best named schedule is
+    fastest. Columns are :data:`COLUMNS`.
+
+    Each (configuration, schedule) is a task. Tasks run on ``executor`` (see :mod:`pipeplan.executors`; it is
+    used as given, not entered or closed), else on a local pool of ``processes`` processes (in this process when
+    1). With ``store`` (a :class:`~pipeplan.store.Store`), results found there are reused (unless ``refresh``)
+    and every finished task is written to it as it finishes. A task that raises gets a row whose ``skipped``
+    starts with "failed:"; the others go on. When ``should_stop()`` turns true the sweep ends early: rows not
+    run say so in ``skipped``. :func:`sweep_with_stats` also returns the counts.
     """
+    return sweep_with_stats(**{k: v for k, v in locals().items()})[0]
+
+
+@dataclass
+class SweepStats:
+    """What a sweep did: tasks in all, reused from the store, run, failed (label: error), stopped early."""
+
+    total: int = 0
+    reused: int = 0
+    ran: int = 0
+    failures: dict[str, str] = field(default_factory=dict)  # keyed by task label: the error
+    stopped: bool = False
+
+    @property
+    def done(self) -> int:
+        return self.reused + self.ran
+
+    def add(self, outcome: Outcome, tasks: Sequence[Task]) -> None:
+        labels = {task.key: task.label for task in tasks}
+        self.total += len(labels)
+        self.reused += outcome.reused
+        self.ran += outcome.ran
+        self.failures.update({labels[key]: error for key, error in outcome.failures.items()})
+        self.stopped = self.stopped or outcome.stopped
+
+
+# ``skipped`` of a row that a stopped sweep did not run.
+NOT_RUN = "not run: the sweep was stopped first"
+
+
+def sweep_with_stats(**kwargs: Any) -> tuple[pd.DataFrame, SweepStats]:
+    """:func:`sweep` (same keywords), returning also what it did: its :class:`SweepStats`."""
+    return _sweep(**kwargs)
+
+
+def _sweep(
+    *,
+    model: object,
+    hardware: object,
+    num_gpus: int | Sequence[int],
+    global_batch_size: int,
+    seq_len: int,
+    tensor_parallel: int | Sequence[int] = (1, 2, 4, 8),
+    pipeline_parallel: int | Sequence[int] = (1, 2, 4, 8),
+    microbatch_size: int | Sequence[int] = 1,
+    num_chunks: int | Sequence[int] = 1,
+    recompute: str | Sequence[str] = "selective",
+    schedules: str | Sequence[str] = "1f1b",
+    sequence_parallel: bool = True,
+    flash_attention: bool = True,
+    distributed_optimizer: bool = True,
+    overlap_grad_sync: bool = True,
+    balanced: bool = False,
+    time_limit_s: float = 10.0,
+    optimal_top: int | None = None,
+    num_workers: int | None = None,
+    random_seed: int = 0,
+    processes: int = 1,
+    executor: Executor | None = None,
+    store: Store | None = None,
+    refresh: bool = False,
+    progress: Callable[[Progress], None] | None = None,
+    should_stop: ShouldStop | None = None,
+) -> tuple[pd.DataFrame, SweepStats]:
     model_rec = load_model(model)
     hardware_rec = load_hardware(hardware)
     names = [str(s) for s in _as_list("schedules", schedules)]
@@ -105,7 +178,7 @@ def sweep(
         _as_list("num_chunks", num_chunks), modes,
     ))
     rows: list[dict[str, Any]] = []
-    built: list[tuple[Setup, list[str]]] = []  # configurations to replay, with their schedules
+    built: list[Setup] = []  # configurations that can run
     for gpus, tp, pp, mbs, chunks, mode in space:
         base = {"num_gpus": gpus, "tensor_parallel": tp, "pipeline_parallel": pp, "microbatch_size": mbs,
                 "num_chunks": chunks, "recompute": mode}
@@ -115,42 +188,53 @@ def sweep(
         if setup is None:
             rows.extend({**base, "schedule": name, "skipped": reason} for name in names)
             continue
-        base.update(data_parallel=setup.data_parallel, num_microbatches=setup.num_microbatches)
-        built.append((setup, names))
-    total = len(built)
-    jobs = [(model_rec, hardware_rec, setup, [n for n in runnable if n != OPTIMAL], balanced)
-            for setup, runnable in built]
-    named_results: list[tuple[Setup, list[dict[str, Any]]]] = []
+        built.append(setup)
+    workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
+    named_names = [n for n in names if n != OPTIMAL]
+    named_tasks = {(id(setup), name): _named_task(model_rec, hardware_rec, setup, name, balanced)
+                   for setup in built for name in named_names}  # keyed by (id of the setup, schedule)
+    stats = SweepStats()
     with contextlib.ExitStack() as stack:
-        if processes > 1 and total > 1:
-            pool = stack.enter_context(ProcessPoolExecutor(max_workers=processes))
-            results_iter: Iterable[list[dict[str, Any]]] = pool.map(_run_named_job, jobs, chunksize=4)
-        else:
-            results_iter = map(_run_named_job, jobs)
-        for index, ((setup, _), results) in enumerate(zip(built, results_iter)):
-            named_results.append((setup, results))
-            if progress is not None:
-                progress(SweepProgress(index + 1, total, _label(setup)))
-    chosen = _optimal_targets(named_results, optimal_top, [r for _, r in built])
-    solved = 0
-    for (setup, results), (_, runnable) in zip(named_results, built):
-        if OPTIMAL in runnable:
-            if id(setup) in chosen:
-                solved += 1
-                if progress is not None:
-                    progress(SweepProgress(solved, len(chosen), f"optimizer on {_label(setup)}"))
-                results.append(_run_optimal(model_rec, hardware_rec, setup, balanced, time_limit_s, num_workers,
-                                            random_seed))
+        if executor is None and processes > 1 and len(built) > 1:
+            executor = stack.enter_context(LocalExecutor(processes))
+        named = run_tasks(list(named_tasks.values()), _run_named_task, kind="size", executor=executor, store=store,
+                          refresh=refresh, progress=progress, should_stop=should_stop)
+        stats.add(named, list(named_tasks.values()))
+        named_rows = [(setup, [record_of(named.records[task.key]) for name in named_names
+                               if (task := named_tasks[(id(setup), name)]).key in named.records])
+                      for setup in built]
+        chosen = set() if named.stopped else _optimal_targets(named_rows, optimal_top,
+                                                               [names for _ in built])
+        optimal_tasks = {id(setup): _optimal_task(model_rec, hardware_rec, setup, balanced, time_limit_s, workers,
+                                                  random_seed)
+                         for setup in built if id(setup) in chosen}  # keyed by id of the setup
+        optimal = run_tasks(list(optimal_tasks.values()), _run_optimal_task, kind="size", executor=executor,
+                            store=store, refresh=refresh, num_cpus=workers, progress=progress,
+                            should_stop=should_stop,
+                            done_before=(stats.done, stats.total, stats.reused, len(stats.failures)))
+        stats.add(optimal, list(optimal_tasks.values()))
+    for setup in built:
+        for name in names:
+            if name == OPTIMAL and id(setup) not in chosen:
+                reason = (NOT_RUN if stats.stopped
+                          else f"not among the top {optimal_top} configurations for the optimizer")
+                rows.append({**_setup_columns(setup), "schedule": OPTIMAL, "skipped": reason})
+                continue
+            task, outcome = ((optimal_tasks[id(setup)], optimal) if name == OPTIMAL
+                             else (named_tasks[(id(setup), name)], named))
+            if task.key in outcome.records:
+                rows.append(record_of(outcome.records[task.key]))
+            elif task.key in outcome.failures:
+                rows.append({**_setup_columns(setup), "schedule": name,
+                             "skipped": f"failed: {outcome.failures[task.key]}"})
             else:
-                results.append({**_setup_columns(setup), "schedule": OPTIMAL,
-                                "skipped": f"not among the top {optimal_top} configurations for the optimizer"})
-        rows.extend(results)
+                rows.append({**_setup_columns(setup), "schedule": name, "skipped": NOT_RUN})
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
     frame["fits"] = frame["fits"].astype("boolean").fillna(False).astype(bool)
     ran = frame["skipped"].isna()
     order = frame.assign(_ran=ran, _fits=frame["fits"], _tps=frame["tokens_per_s"].fillna(-1.0))
     order = order.sort_values(["_fits", "_ran", "_tps"], ascending=[False, False, False], kind="stable")
-    return order.drop(columns=["_ran", "_fits", "_tps"]).reset_index(drop=True)
+    return order.drop(columns=["_ran", "_fits", "_tps"]).reset_index(drop=True), stats
 
 
 def _setup(model: Model, hardware: Hardware, gpus: int, tp: int, pp: int, mbs: int, chunks: int, mode: str,
@@ -183,45 +267,50 @@ def _row(result: dict[str, Any]) -> dict[str, Any]:
     return {key: result[key] for key in COLUMNS if key in result}
 
 
-def _run_named_job(job: tuple[Model, Hardware, Setup, list[str], bool]) -> list[dict[str, Any]]:
-    """:func:`_run_named` on one packed job (a module-level function, so worker processes can run it)."""
-    return _run_named(*job)
+def _named_task(model: Model, hardware: Hardware, setup: Setup, name: str, balanced: bool) -> Task:
+    inputs = {"model": model, "hardware": hardware, "setup": setup, "schedule": name, "balanced": balanced}
+    return Task(task_key("size", inputs), f"{_label(setup)} {name}", (model, hardware, setup, name, balanced))
 
 
-def _run_named(model: Model, hardware: Hardware, setup: Setup, names: Iterable[str], balanced: bool) -> list[
-        dict[str, Any]]:
-    """Rows of the named schedules on one configuration; each problem variant built once."""
-    problems: dict[tuple[bool, str], SizedProblem] = {}  # keyed by (split backward, placement)
+def _optimal_task(model: Model, hardware: Hardware, setup: Setup, balanced: bool, time_limit_s: float,
+                  num_workers: int, random_seed: int) -> Task:
+    solver = {"time_limit_s": time_limit_s, "num_workers": num_workers, "random_seed": random_seed}
+    inputs = {"model": model, "hardware": hardware, "setup": setup, "schedule": OPTIMAL, "balanced": balanced,
+              "solver": solver}
+    return Task(task_key("size", inputs), f"{_label(setup)} {OPTIMAL}",
+                (model, hardware, setup, balanced, time_limit_s, num_workers, random_seed))
+
+
+def _run_named_task(job: tuple[Model, Hardware, Setup, str, bool]) -> TaskOutput:
+    """One named schedule on one configuration: its row (or a row saying why it does not apply). A module-level
+    function, so that worker processes can run it."""
+    model, hardware, setup, name, balanced = job
 
     def build(split: bool, where: str) -> SizedProblem:
-        if (split, where) not in problems:
-            problems[(split, where)] = build_problem(model, hardware, setup, split_backward=split, placement=where,
-                                                     balanced=balanced)
-        return problems[(split, where)]
+        return build_problem(model, hardware, setup, split_backward=split, placement=where, balanced=balanced)
 
-    rows = []
-    for name in names:
-        try:
-            sized, orders = place_named(name, setup.num_chunks, build)
-        except (NotApplicable, ConfigError) as exc:
-            # The generators' hints name config keys; sizing picks the backward and placement itself.
-            reason = str(exc).split("; set ")[0].split("; with chunks")[0]
-            rows.append({**_setup_columns(setup), "schedule": name, "skipped": reason})
-            continue
-        timeline, metrics = run_named(sized, orders)
-        rows.append(_row(summarize(sized, setup, model, hardware, name, timeline, metrics, "", None)))
-    return rows
+    try:
+        sized, orders = place_named(name, setup.num_chunks, build)
+    except (NotApplicable, ConfigError) as exc:
+        # The generators' hints name config keys; sizing picks the backward and placement itself.
+        reason = str(exc).split("; set ")[0].split("; with chunks")[0]
+        return TaskOutput({**_setup_columns(setup), "schedule": name, "skipped": reason})
+    timeline, metrics = run_named(sized, orders)
+    row = _row(summarize(sized, setup, model, hardware, name, timeline, metrics, "", None))
+    return TaskOutput.of(row)  # the orders are the generator's: the name regenerates them, no need to store
 
 
-def _run_optimal(model: Model, hardware: Hardware, setup: Setup, balanced: bool, time_limit_s: float,
-                 num_workers: int | None, random_seed: int) -> dict[str, Any]:
+def _run_optimal_task(job: tuple[Model, Hardware, Setup, bool, float, int, int]) -> TaskOutput:
+    """The optimizer on one configuration: its row, problem and the orders found."""
+    model, hardware, setup, balanced, time_limit_s, num_workers, random_seed = job
     split, where = optimizer_variant(setup.num_chunks)
     try:
         sized = build_problem(model, hardware, setup, split_backward=split, placement=where, balanced=balanced)
         timeline, metrics, status, gap = run_optimal(sized, time_limit_s, num_workers, random_seed)
     except ConfigError as exc:
-        return {**_setup_columns(setup), "schedule": OPTIMAL, "skipped": str(exc)}
-    return _row(summarize(sized, setup, model, hardware, OPTIMAL, timeline, metrics, status, gap))
+        return TaskOutput({**_setup_columns(setup), "schedule": OPTIMAL, "skipped": str(exc)})
+    row = _row(summarize(sized, setup, model, hardware, OPTIMAL, timeline, metrics, status, gap))
+    return TaskOutput.of(row, sized.problem, timeline.schedule)
 
 
 def _optimal_targets(named: list[tuple[Setup, list[dict[str, Any]]]], top: int | None,

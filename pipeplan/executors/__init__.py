@@ -1,0 +1,82 @@
+"""Executors: map a picklable function over a list of inputs and yield the results as they finish.
+
+An executor knows nothing of schedules or sweeps. It runs ``function(input)`` for every input, each call a
+task, and yields a :class:`TaskResult` per input in the order tasks finish, with the input's index. An
+exception in one task is caught and returned as that task's ``error``; the others go on. Implementations:
+:class:`~pipeplan.executors.local.LocalExecutor` (a process pool on this machine, the default) and
+:class:`~pipeplan.executors.ray.RayExecutor` (a Ray cluster; the optional extra ``pipeplan[ray]``).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pipeplan.problem import ConfigError
+
+# Called between results: True asks the executor to start no more tasks and stop the running ones.
+ShouldStop = Callable[[], bool]
+
+
+class ExecutorError(ConfigError):
+    """An executor cannot start (e.g. no Ray cluster at the address given); the message names the fix."""
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """The outcome of one task: ``value`` when it returned, else ``error`` (the exception, one line)."""
+
+    index: int
+    """Position of the task's input in the list given to :meth:`Executor.map`."""
+    value: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Executor(Protocol):
+    """Runs tasks somewhere; use as a context manager so that workers are released."""
+
+    name: str
+
+    def map(self, function: Callable[[Any], Any], inputs: Sequence[Any], *, num_cpus: int = 1,
+            should_stop: ShouldStop | None = None) -> Iterator[TaskResult]:
+        """``function`` over ``inputs``, each result as its task finishes. ``num_cpus`` is how many cores one
+        task uses (a scheduler such as Ray reserves them). When ``should_stop()`` turns true the iteration
+        ends after the results already in; tasks still running are cancelled."""
+        ...
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one line: its type, message and where it was raised (last frame)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def call(function: Callable[[Any], Any], index: int, item: Any) -> TaskResult:
+    """Run one task, catching its exception (not KeyboardInterrupt or SystemExit) into the result."""
+    try:
+        return TaskResult(index, function(item))
+    except Exception as exc:
+        return TaskResult(index, error=describe(exc))
+
+
+def make_executor(jobs: int | None = None, ray: str | None = None) -> Executor:
+    """The executor the command line asks for: Ray at ``ray`` ("auto", "local" or an address) when given, else
+    a local pool of ``jobs`` processes (default: the machine's cores)."""
+    if ray is not None:
+        from pipeplan.executors.ray import RayExecutor
+
+        return RayExecutor(ray, num_cpus=jobs)
+    from pipeplan.executors.local import LocalExecutor
+
+    return LocalExecutor(jobs)

@@ -1,0 +1,101 @@
+"""The local executor: a pool of worker processes on this machine (or this process, with one job)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from pipeplan.executors import ShouldStop, TaskResult, call, describe
+from pipeplan.problem import ConfigError
+
+# How often (s) a wait for the next result looks at ``should_stop``.
+_POLL_S = 0.1
+
+
+# Tasks sent to a worker at once, at most: small tasks (a replay of a few milliseconds) cost less in batches.
+_MAX_BATCH = 16
+
+
+def _call_batch(function: Callable[[Any], Any], batch: list[tuple[int, Any]]) -> list[TaskResult]:
+    return [call(function, index, item) for index, item in batch]
+
+
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the parent, which decides whether to stop them (the terminal sends it to all)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class LocalExecutor:
+    """``jobs`` worker processes (started fresh, "spawn", so no thread or lock of the parent is copied); with one
+    job, tasks run one after another in this process. Default: the machine's cores.
+
+    Many tasks go to the workers in batches (up to 16 tasks, and at least 32 batches per worker, so that the load
+    evens out); a batch's results come back together. A worker that dies (killed, out of memory, a crash in native
+    code) fails the tasks it and the pool had not finished, with an error saying so; the pool is then started
+    afresh for the next :meth:`map`.
+    """
+
+    name = "local"
+
+    def __init__(self, jobs: int | None = None) -> None:
+        if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+            raise ConfigError(f"jobs must be a whole number >= 1, got {jobs!r}")
+        self.jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop_pool()
+
+    def _stop_pool(self) -> None:
+        """Cancel queued tasks and end the workers now, running tasks included (their results would be late)."""
+        if self._pool is None:
+            return
+        pool, self._pool = self._pool, None
+        # The standard library ends workers only after their task (terminate_workers() comes in Python 3.14).
+        processes = dict(getattr(pool, "_processes", None) or {})  # keyed by pid
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes.values():
+            if process.is_alive():
+                process.terminate()
+        for process in processes.values():
+            process.join(timeout=5)
+
+    def map(self, function: Callable[[Any], Any], inputs: Sequence[Any], *, num_cpus: int = 1,
+            should_stop: ShouldStop | None = None) -> Iterator[TaskResult]:
+        if self.jobs == 1 or len(inputs) <= 1:
+            for index, item in enumerate(inputs):
+                if should_stop is not None and should_stop():
+                    return
+                yield call(function, index, item)
+            return
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_ignore_interrupts)
+        size = max(1, min(_MAX_BATCH, len(inputs) // (self.jobs * 32)))
+        batches = [list(enumerate(inputs))[start:start + size] for start in range(0, len(inputs), size)]
+        futures: dict[Future[list[TaskResult]], list[int]] = {  # keyed by future: the indices of its inputs
+            self._pool.submit(_call_batch, function, batch): [index for index, _ in batch] for batch in batches}
+        waiting = set(futures)
+        while waiting:
+            if should_stop is not None and should_stop():
+                self._stop_pool()
+                return
+            done, waiting = wait(waiting, timeout=_POLL_S, return_when=FIRST_COMPLETED)
+            for future in done:
+                try:
+                    results = future.result()
+                except BrokenProcessPool:
+                    self._pool = None  # broken for good: the next map starts a new one
+                    results = [TaskResult(index, error="BrokenProcessPool: a worker process died (killed, out of "
+                                          "memory or crashed) before this task finished") for index in futures[future]]
+                except Exception as exc:  # e.g. an input or a result that cannot be pickled
+                    results = [TaskResult(index, error=describe(exc)) for index in futures[future]]
+                yield from results

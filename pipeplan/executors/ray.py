@@ -1,0 +1,117 @@
+"""The Ray executor: tasks on a Ray cluster (``pip install 'pipeplan[ray]'``).
+
+Each task asks Ray for as many CPUs as it uses (``num_cpus`` of :meth:`RayExecutor.map`: the CP-SAT workers of a
+solve), so Ray runs as many at once as the cluster has cores for. pipeplan itself is shipped to the cluster with
+the job (Ray's ``py_modules``), so the workers run the same code as the driver; the cluster needs pipeplan's
+dependencies installed.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pipeplan
+from pipeplan.executors import ExecutorError, ShouldStop, TaskResult, call
+
+# Seconds to wait for a TCP connection to a given cluster address before calling it unreachable.
+_CONNECT_TIMEOUT_S = 3.0
+# How often (s) a wait for the next result looks at ``should_stop``.
+_POLL_S = 0.1
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorError("--ray needs Ray, which is not installed: pip install 'pipeplan[ray]' (or drop --ray "
+                            "to run on this machine)") from None
+    return ray
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast on an address nothing listens at (ray.init would retry for a minute)."""
+    host_port = address.split("://", 1)[-1]
+    host, _, port = host_port.rpartition(":")
+    if not host or not port.isdigit():
+        raise ExecutorError(f"--ray {address!r} is not HOST:PORT (e.g. 10.0.0.1:6379, the head node's address that "
+                            "'ray start --head' prints); or use --ray auto, or --ray local")
+    try:
+        with socket.create_connection((host, int(port)), timeout=_CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise ExecutorError(f"cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}); check the head "
+                            "node's address and that it is running ('ray status' there), or use --ray local") from None
+
+
+class RayExecutor:
+    """Tasks on Ray: ``address`` "auto" joins the cluster running on this machine, "local" starts a private one
+    (of ``num_cpus`` cores, default all), anything else is a cluster's address. When Ray is already initialised
+    in this process (e.g. by a test's ``ray.init``), that session is used and left running."""
+
+    name = "ray"
+
+    def __init__(self, address: str = "local", num_cpus: int | None = None) -> None:
+        self.address = address
+        self.num_cpus = num_cpus
+        self._ray: Any = None
+        self._owned = False
+        self._remote: dict[int, Any] = {}  # keyed by CPUs per task: the remote wrapper of call()
+
+    def __enter__(self) -> RayExecutor:
+        ray = _import_ray()
+        self._ray = ray
+        if self.address not in ("auto", "local"):
+            _check_reachable(self.address)
+        if ray.is_initialized():
+            return self
+        runtime_env = {"py_modules": [pipeplan]}
+        if self.address == "local":
+            kwargs: dict[str, Any] = {"num_cpus": self.num_cpus, "include_dashboard": False}
+        elif self.address == "auto":
+            kwargs = {"address": "auto"}
+        else:
+            kwargs = {"address": self.address}
+        try:
+            ray.init(runtime_env=runtime_env, log_to_driver=False, configure_logging=False, **kwargs)
+        except ConnectionError as exc:
+            fix = ("start one with 'ray start --head', or use --ray local to start a private one"
+                   if self.address == "auto" else "check the address, or use --ray local")
+            raise ExecutorError(f"no Ray cluster at --ray {self.address} ({exc}); {fix}") from None
+        self._owned = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._owned and self._ray is not None:
+            self._ray.shutdown()
+            self._owned = False
+
+    def map(self, function: Callable[[Any], Any], inputs: Sequence[Any], *, num_cpus: int = 1,
+            should_stop: ShouldStop | None = None) -> Iterator[TaskResult]:
+        assert self._ray is not None, "use RayExecutor as a context manager"
+        ray = self._ray
+        # A task asking for more CPUs than a node has would wait forever: ask for at most the largest node's.
+        largest = max((node.get("Resources", {}).get("CPU", 0.0) for node in ray.nodes() if node.get("Alive")),
+                      default=1.0)
+        num_cpus = max(1, min(num_cpus, int(largest)))
+        if num_cpus not in self._remote:
+            self._remote[num_cpus] = ray.remote(num_cpus=num_cpus, max_retries=0)(call)
+        remote = self._remote[num_cpus]
+        shared = ray.put(function)
+        refs = {remote.remote(shared, index, item): index for index, item in enumerate(inputs)}
+        waiting = list(refs)
+        try:
+            while waiting:
+                if should_stop is not None and should_stop():
+                    return
+                done, waiting = ray.wait(waiting, num_returns=1, timeout=_POLL_S)
+                for ref in done:
+                    try:
+                        result: TaskResult = ray.get(ref)
+                    except Exception as exc:  # the worker died (out of memory, node lost): that task failed
+                        result = TaskResult(refs[ref], error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+                    yield result
+        finally:
+            for ref in waiting:
+                ray.cancel(ref, force=True)

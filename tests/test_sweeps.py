@@ -1,0 +1,396 @@
+"""Sweeps on executors with a result store: the local pool and a real local Ray cluster give the same tables,
+the frontier keeps its promises when budgets are solved at once, a store is reused and never corrupt (a sweep
+killed with SIGINT, SIGTERM or ``kill -9`` is resumed without losing or repeating a row), failures are recorded,
+and bad input (Ray address, store file) exits 2 naming the fix.
+
+Ray starts once for the module (``ray.init(num_cpus=2)``); the subprocess tests run ``python -m pipeplan.cli``
+with ``PYTHONPATH`` set to the folder of the ``pipeplan`` package this test imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from test_frontier import SETTINGS, SPLIT, check_frontier, optimizer_rows
+
+import pipeplan
+from pipeplan.cli import USER_ERROR, main
+from pipeplan.executors import TaskResult
+from pipeplan.executors.local import LocalExecutor
+from pipeplan.frontier import frontier
+from pipeplan.metrics import compute_metrics
+from pipeplan.schedules import generate
+from pipeplan.simulate import simulate
+from pipeplan.sizing.sweep import sweep_with_stats
+from pipeplan.store import FORMAT_VERSION, Store, StoreError, task_key
+from pipeplan.torch_csv import to_torch_csv
+
+# pipeplan.sizing exports the function sweep, which hides its module of the same name.
+sweep_module = importlib.import_module("pipeplan.sizing.sweep")
+ROOT = Path(pipeplan.__file__).resolve().parent.parent  # the checkout whose pipeplan this test imported
+TINY = {"num_layers": 8, "hidden_size": 256, "ffn_hidden_size": 1024, "num_attention_heads": 8, "num_kv_heads": 4,
+        "vocab_size": 1000, "gated_mlp": True}
+# 12 configurations (4 skipped by a constraint), 3 named schedules, the optimizer on all that run.
+SWEEP: dict[str, Any] = {
+    "model": TINY, "hardware": "h100-80gb", "num_gpus": [8, 16], "global_batch_size": 16, "seq_len": 128,
+    "tensor_parallel": [1, 2], "pipeline_parallel": [2, 4], "num_chunks": [1, 2],
+    "schedules": ["1f1b", "zb-h1", "zb-v", "optimal"], "time_limit_s": 1.0, "num_workers": 1, "random_seed": 0,
+}
+KEY = ["num_gpus", "tensor_parallel", "pipeline_parallel", "microbatch_size", "num_chunks", "recompute", "schedule"]
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    yield ray
+    ray.shutdown()
+
+
+def by_key(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.sort_values(KEY).reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------------- executors
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_local_executor_yields_every_index_and_captures_failures(jobs: int) -> None:
+    with LocalExecutor(jobs) as executor:
+        results = sorted(executor.map(math.sqrt, [4.0, -1.0, 9.0]), key=lambda r: r.index)
+    assert [r.index for r in results] == [0, 1, 2]
+    assert [r.value for r in results if r.ok] == [2.0, 3.0]
+    assert results[1].error is not None and results[1].error.startswith("ValueError: math domain error")
+
+
+def test_ray_executor_yields_every_index_and_captures_failures(ray_cluster: Any) -> None:
+    from pipeplan.executors.ray import RayExecutor
+
+    with RayExecutor("auto") as executor:
+        results: list[TaskResult] = sorted(executor.map(math.sqrt, [4.0, -1.0, 9.0], num_cpus=8),
+                                           key=lambda r: r.index)  # asks for more CPUs than there are: capped
+    assert [r.value for r in results] == [2.0, None, 3.0]
+    assert results[1].error is not None and "math domain error" in results[1].error
+
+
+# ------------------------------------------------------------------------------------ local against Ray
+
+
+def test_a_sweep_on_local_and_on_ray_gives_the_same_table(ray_cluster: Any) -> None:
+    from pipeplan.executors.ray import RayExecutor
+
+    with LocalExecutor(2) as executor:
+        local, local_stats = sweep_with_stats(**SWEEP, executor=executor)
+    with RayExecutor("auto") as executor:
+        remote, remote_stats = sweep_with_stats(**SWEEP, executor=executor)
+    assert local_stats.failures == remote_stats.failures == {}
+    assert local_stats.total == remote_stats.total > 0
+    local, remote = by_key(local), by_key(remote)
+    named = local["schedule"] != "optimal"
+    # Named schedules are replays: identical rows.
+    pd.testing.assert_frame_equal(local[named], remote[named])
+    # The optimizer under a time limit: a row proven OPTIMAL on both sides has the same step time; otherwise
+    # (FEASIBLE, with a gap) the two answers may differ, but each is at least the other's proven bound.
+    optimal = local[~named].index
+    for i in optimal:
+        a, b = local.loc[i], remote.loc[i]
+        assert a["fits"] == b["fits"] and a["skipped"] == b["skipped"] or (pd.isna(a["skipped"]) and pd.isna(
+            b["skipped"]))
+        if pd.isna(a["pipeline_time_s"]):
+            continue
+        if a["status"] == b["status"] == "OPTIMAL":
+            assert a["pipeline_time_s"] == pytest.approx(b["pipeline_time_s"], rel=1e-9)
+        else:
+            for x, y in ((a, b), (b, a)):
+                bound = x["pipeline_time_s"] * (1 - (x["gap"] or 0.0))
+                assert y["pipeline_time_s"] >= bound * (1 - 1e-9)
+
+
+def test_the_frontier_solved_at_once_never_rises_and_carries_bounds_down(ray_cluster: Any) -> None:
+    from pipeplan.executors.ray import RayExecutor
+
+    budgets = [1.0, 1.5, 2.0, 2.5, 3.0, 4.0]
+    settings = replace(SETTINGS, time_limit_s=0.3)  # short: some budgets stay unproven, and may come back worse
+    with RayExecutor("auto") as executor:
+        on_ray = frontier(SPLIT, budgets, settings, executor=executor)
+    with LocalExecutor(2) as executor:
+        local = frontier(SPLIT, budgets, settings, executor=executor)
+    for rows in (on_ray, local):
+        check_frontier(rows)  # never rises, bounds carried down, never loses to a named schedule
+        assert [r.budget for r in optimizer_rows(rows)] == budgets
+    for a, b in zip(optimizer_rows(on_ray), optimizer_rows(local)):
+        if a.status == b.status == "OPTIMAL":
+            assert a.objective == pytest.approx(b.objective, rel=1e-9)
+
+
+def test_an_answer_worse_than_a_smaller_budgets_is_replaced_by_that_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A solve at a larger budget that comes back worse (here: the warm starts only, no search) is replaced by
+    # the smaller budget's schedule, replayed; the bound it proved there still holds.
+    import pipeplan.frontier as frontier_module
+
+    real = frontier_module.solve
+
+    def worse_at_large(problem: Any, settings: Any, **kwargs: Any) -> Any:
+        result = real(problem, settings)
+        if problem.budget[0] > 2.5:  # the same proven bound, but GPipe's schedule: worse than budget 2's answer
+            return replace(result, schedule=generate("gpipe", problem), source="worse")
+        return result
+
+    monkeypatch.setattr(frontier_module, "solve", worse_at_large)
+    rows = frontier(SPLIT, [2.0, 3.0], SETTINGS, executor=LocalExecutor(1))
+    small, large = optimizer_rows(rows)
+    assert large.source == "budget 2" and large.objective == pytest.approx(small.objective)
+    assert large.lower_bound is not None and large.lower_bound <= large.objective
+
+
+# ------------------------------------------------------------------------------------------------ store
+
+
+def test_task_keys_are_canonical() -> None:
+    assert task_key("size", {"a": 2, "b": [1.0, 2]}) == task_key("size", {"b": (1, 2.0), "a": 2.0})
+    assert task_key("size", {"a": 2}) != task_key("size", {"a": 3}) != task_key("frontier", {"a": 3})
+
+
+def test_a_rerun_reuses_every_row_and_refresh_runs_them_again(tmp_path: Path) -> None:
+    kwargs = {**SWEEP, "schedules": ["1f1b", "zb-v", "optimal"], "time_limit_s": 0.3}
+    with Store(tmp_path / "s.sqlite") as store:
+        first, stats = sweep_with_stats(**kwargs, store=store)
+        assert stats.reused == 0 and stats.ran == stats.total > 0
+        again, stats = sweep_with_stats(**kwargs, store=store)
+        assert stats.reused == stats.total and stats.ran == 0
+        pd.testing.assert_frame_equal(first, again)
+        _, stats = sweep_with_stats(**kwargs, store=store, refresh=True)
+        assert stats.reused == 0 and stats.ran == stats.total
+        rows = store.rows()
+        assert len(rows) == len({row.key for row in rows}) == stats.total  # replaced, not duplicated
+        # A stored optimum replays to the same pipeline time without solving again.
+        best = first[(first["schedule"] == "optimal") & first["skipped"].isna()].iloc[0]
+        stored = [row for row in rows if row.record is not None and row.record.get("schedule") == "optimal"
+                  and row.record.get("step_time_s") == best["step_time_s"]][0]
+        problem, schedule = stored.problem(), stored.schedule()
+        assert problem is not None and schedule is not None
+        assert compute_metrics(simulate(problem, schedule)).makespan == pytest.approx(best["pipeline_time_s"])
+        assert to_torch_csv(problem, schedule).count("\n") >= problem.num_devices  # and exported, one row per rank
+
+
+def test_a_failed_task_is_recorded_and_the_sweep_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kwargs = {**SWEEP, "schedules": ["1f1b", "zb-h1"]}
+    real = sweep_module.run_named
+
+    def broken(sized: Any, orders: Any) -> Any:
+        if orders.name == "zb-h1":
+            raise RuntimeError("boom")
+        return real(sized, orders)
+
+    with Store(tmp_path / "s.sqlite") as store:
+        monkeypatch.setattr(sweep_module, "run_named", broken)
+        frame, stats = sweep_with_stats(**kwargs, store=store)
+        failed = frame[frame["skipped"].fillna("").str.startswith("failed: RuntimeError: boom")]
+        assert len(failed) == len(stats.failures) > 0 and set(failed["schedule"]) == {"zb-h1"}
+        assert frame[frame["schedule"] == "1f1b"]["skipped"].isna().any()
+        assert sum(row.error is not None for row in store.rows()) == len(failed)
+        monkeypatch.setattr(sweep_module, "run_named", real)
+        _, stats = sweep_with_stats(**kwargs, store=store)  # failures are run again, successes reused
+        assert stats.failures == {} and stats.ran == len(failed) and stats.reused == stats.total - len(failed)
+
+
+def make_not_a_store(path: Path) -> None:
+    path.write_text("name,value\n", encoding="utf-8")
+
+
+def make_plain_sqlite(path: Path) -> None:
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+
+
+def make_other_layout(path: Path) -> None:
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value = ? WHERE key = 'format_version'", (str(FORMAT_VERSION + 1),))
+    db.commit()
+    db.close()
+
+
+BAD_STORES = [
+    ("not-sqlite", make_not_a_store, "is not a pipeplan store (not an SQLite file); pick another --store FILE"),
+    ("other-sqlite", make_plain_sqlite, "is an SQLite file but not a pipeplan store (no meta table); pick another"),
+    ("other-layout", make_other_layout, f"this pipeplan reads layout {FORMAT_VERSION}: pass a new --store FILE"),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "message"), BAD_STORES, ids=[row[0] for row in BAD_STORES])
+def test_a_file_that_is_not_a_usable_store_exits_2_and_is_left_alone(capsys: pytest.CaptureFixture[str],
+                                                                      tmp_path: Path, name: str, make: Any,
+                                                                      message: str) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({**{k: SWEEP[k] for k in ("model", "hardware", "global_batch_size", "seq_len")},
+                                     "num_gpus": 8, "search": {"schedules": ["1f1b"]}}), encoding="utf-8")
+    path = tmp_path / "results.sqlite"
+    make(path)
+    before = path.read_bytes()
+    code = main(["size", str(study), "--store", str(path), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == USER_ERROR and message in err and len(err.strip().splitlines()) == 1
+    assert path.read_bytes() == before
+
+
+BAD_PLACES = [
+    ("store-in-unwritable-place", ["--store", "/proc/pipeplan/store.sqlite"],
+     "pass --store FILE in a folder you can write to"),
+    ("store-is-a-folder", ["--store", "."], "is a folder, not a store file; pick another --store FILE"),
+    ("ray-address-unreachable", ["--ray", "127.0.0.1:9"], "cannot reach a Ray cluster at '127.0.0.1:9'"),
+    ("ray-address-malformed", ["--ray", "headnode"], "--ray 'headnode' is not HOST:PORT"),
+]
+
+
+@pytest.mark.parametrize(("name", "flags", "message"), BAD_PLACES, ids=[row[0] for row in BAD_PLACES])
+def test_bad_store_place_or_ray_address_exits_2_naming_the_fix(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                               name: str, flags: list[str], message: str) -> None:
+    pytest.importorskip("ray")
+    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
+    code = main(["frontier", str(config), "--budgets", "2:3:1", "--time-limit", "0.2", "--quiet", *flags])
+    err = capsys.readouterr().err
+    assert code == USER_ERROR and message in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files anyway")
+def test_a_read_only_store_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    Store(path).close()
+    path.chmod(0o444)
+    with pytest.raises(StoreError, match="read-only: pass --store FILE in a folder you can write to"):
+        Store(path)
+
+
+# ------------------------------------------------------------------------------------------- kills
+
+
+# Many named-schedule replays of a few milliseconds each: a store written to many times a second.
+WRITE_HEAVY = {
+    "name": "write-heavy", "model": TINY, "hardware": "h100-80gb", "num_gpus": [8, 16, 32],
+    "global_batch_size": 64, "seq_len": 128,
+    "search": {"tensor_parallel": [1, 2], "pipeline_parallel": [2, 4, 8], "microbatch_size": [1, 2],
+               "num_chunks": [1, 2], "recompute": ["none", "selective"],
+               "schedules": ["1f1b", "zb-h1", "interleaved-1f1b", "zb-v", "dualpipe-v", "gpipe"]},
+}
+
+
+def store_count(path: Path) -> int:
+    if not path.exists():
+        return 0
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        return int(db.execute("SELECT count(*) FROM results").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGKILL, -9), (signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["kill-9", "sigterm", "sigint"])
+def test_a_killed_sweep_resumes_without_losing_or_repeating_a_row(tmp_path: Path, signum: int, status: int) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(WRITE_HEAVY), encoding="utf-8")
+    # With --out DIR the store is DIR/store.sqlite, and DIR holds only it until the sweep ends; else --store.
+    out = tmp_path / "sized"
+    store = out / "store.sqlite" if signum == signal.SIGINT else tmp_path / "sweep.sqlite"
+    where = ["--out", str(out)] if signum == signal.SIGINT else ["--store", str(store)]
+    argv = [sys.executable, "-m", "pipeplan.cli", "size", str(study), *where, "--jobs", "1", "--quiet"]
+    child = subprocess.Popen(argv, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while store_count(store) < 20 and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.05)
+    assert child.poll() is None, child.communicate()
+    child.send_signal(signum)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == status, err
+    db = sqlite3.connect(store)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    kept = db.execute("SELECT count(*) FROM results").fetchone()[0]
+    db.close()
+    assert kept >= 20
+    if signum == signal.SIGINT:  # the finished rows are shown; DIR is not written yet
+        assert f"tasks finished (kept in {store}); run the same command again to resume" in err
+        assert sorted(p.name for p in out.iterdir())[0] == "store.sqlite" and not (out / "sweep.csv").exists()
+    again = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    line = next(line for line in again.stdout.splitlines() if "came from the store" in line)
+    reused, total = int(line.split()[0]), int(line.split()[2])
+    assert reused == kept and total > kept
+    if signum == signal.SIGINT:  # the same command (no --force) finished the folder, with a copy of the store
+        assert sorted(p.name for p in out.iterdir()) == ["best.yaml", "report.html", "store.sqlite", "sweep.csv"]
+    db = sqlite3.connect(store)
+    assert db.execute("SELECT count(*), count(DISTINCT key) FROM results").fetchone() == (total, total)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    db.close()
+
+
+# ------------------------------------------------------------------------------------------- progress
+
+
+@pytest.mark.parametrize(("flags", "shown"), [([], False), (["--progress"], True), (["--progress", "--quiet"], True)],
+                         ids=["pipe", "pipe-with-progress", "progress-beats-quiet"])
+def test_progress_on_a_pipe_only_with_the_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                               flags: list[str], shown: bool) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({**{k: SWEEP[k] for k in ("model", "hardware", "global_batch_size", "seq_len")},
+                                     "num_gpus": 8, "search": {"schedules": ["1f1b", "zb-h1"]}}), encoding="utf-8")
+    store = tmp_path / "s.sqlite"
+    assert main(["size", str(study), "--store", str(store), "--jobs", "1", *flags]) == 0
+    captured = capsys.readouterr()
+    assert ("progress: " in captured.err) == shown
+    if shown:
+        last = captured.err.strip().splitlines()[-1]
+        assert last.startswith("progress: 18/18 done, 0 reused, 0 failed, ") and last.endswith(" s elapsed"), last
+    assert "0 of 18 results came from the store" in captured.out  # 9 configurations, 2 schedules
+    assert main(["size", str(study), "--store", str(store), "--jobs", "1", "--quiet"]) == 0
+    assert f"18 of 18 results came from the store {store}" in capsys.readouterr().out
+
+
+def test_a_failed_budget_is_listed_and_the_frontier_goes_on(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipeplan.frontier as frontier_module
+
+    real = frontier_module.solve
+
+    def broken(problem: Any, settings: Any, **kwargs: Any) -> Any:
+        if problem.budget[0] == 3.0:
+            raise RuntimeError("boom")
+        return real(problem, settings, **kwargs)
+
+    monkeypatch.setattr(frontier_module, "solve", broken)
+    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
+    store = tmp_path / "f.sqlite"
+    argv = ["frontier", str(config), "--budgets", "2:4:1", "--time-limit", "0.5", "--jobs", "1", "--store", str(store)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "budget 3: failed: RuntimeError: boom" in out
+    assert "1 task(s) failed (recorded in the store; a re-run tries them again):" in out
+    assert "  budget 3: RuntimeError: boom" in out
+    monkeypatch.setattr(frontier_module, "solve", real)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "2 of 3 results came from the store" in out and "task(s) failed" not in out and "boom" not in out
