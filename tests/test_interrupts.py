@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import pytest
 
 import pipeplan.cli
 from pipeplan.cli import INTERRUPTED, TERMINATED, main
+from pipeplan.solver import StopRequest
 
 # A split backward at a tight budget: no warm start meets the bound, so CP-SAT searches (for up to 30 s).
 CONFIG = """\
@@ -40,10 +41,17 @@ def config(tmp_path: Path) -> str:
 
 def send_on_report(monkeypatch: pytest.MonkeyPatch, when: Callable[[int, Any], bool], *signals: int) -> None:
     """Send ``signals`` to this process on the first progress report for which ``when(n, report)`` holds (n is
-    1-based). Reports after the first come from CP-SAT's threads, which wait here a moment between signals so
-    that the main thread handles each one (the same signal twice at once would arrive as one)."""
+    1-based). Reports after the first come from CP-SAT's threads; between two signals the sender waits until the
+    main thread has handled the first (a stop was requested), since the same signal twice at once would arrive
+    as one. The search cannot end meanwhile: CP-SAT waits for the report to return."""
     original = pipeplan.cli._ProgressLine.__call__
     calls = {"n": 0, "sent": False}
+    handled = threading.Event()
+    request = StopRequest.request
+
+    def record(self: StopRequest) -> None:
+        handled.set()
+        request(self)
 
     def report(self: Any, progress: Any) -> None:
         calls["n"] += 1
@@ -51,10 +59,11 @@ def send_on_report(monkeypatch: pytest.MonkeyPatch, when: Callable[[int, Any], b
             calls["sent"] = True
             for i, signum in enumerate(signals):
                 if i:
-                    time.sleep(0.5)
+                    assert handled.wait(30), "the first signal was never handled"
                 os.kill(os.getpid(), signum)
         original(self, progress)
 
+    monkeypatch.setattr(StopRequest, "request", record)
     monkeypatch.setattr(pipeplan.cli._ProgressLine, "__call__", report)
 
 
