@@ -102,9 +102,10 @@ def _restrict(base: LnsModel, timeline: Timeline, window: Neighbourhood, bound: 
 
 
 def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Callable[[Timeline], float],
-            deadline: float, num_workers: int, seed: int = 0,
+            deadline: float, num_workers: int, seed: int = 0, target: float = 0.0,
             should_stop: Callable[[], bool] = lambda: False) -> Schedule:
-    """The best schedule found by neighbourhood moves from ``incumbent`` until ``deadline`` (time.monotonic()).
+    """The best schedule found by neighbourhood moves from ``incumbent`` until ``deadline`` (time.monotonic())
+    or until its value reaches ``target`` (a proven lower bound, in ticks).
 
     ``problem`` is the ticked problem the model was built from; ``value_of`` gives a replayed timeline's
     objective in ticks. Returns ``incumbent`` itself when no move improved it.
@@ -115,7 +116,7 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
     tried = improved = 0
     for window in windows(int(round(max(timeline.end))), seed):
         left = deadline - time.monotonic() - REPLAY_MARGIN_S
-        if left < 0.1 or should_stop():
+        if left < 0.1 or value <= target or should_stop():
             break
         model = _restrict(base, timeline, window, int(round(value)) - 1)
         solver = cp_model.CpSolver()

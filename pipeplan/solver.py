@@ -530,7 +530,7 @@ def solve(
         else:
             log.info("the solver's order is no better than warm start %s", best.schedule.name)
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
-        found = _neighbourhood_search(model, chosen, settings, deadline, stop)
+        found = _neighbourhood_search(model, chosen, settings, deadline, stop, target=bound * time_scale)
         found_metrics = compute_metrics(simulate(problem, found))
         found_value = objective_of(found_metrics, settings.objective)
         if found_metrics.feasible and found_value < value * (1 - _EPS):
@@ -546,8 +546,9 @@ def _search_deadline(deadline: float) -> float:
 
 
 def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSettings, deadline: float,
-                          stop: StopRequest | None) -> Schedule:
-    """The incumbent improved by :func:`pipeplan.lns.improve` on the model's ticked problem until ``deadline``."""
+                          stop: StopRequest | None, target: float = 0.0) -> Schedule:
+    """The incumbent improved by :func:`pipeplan.lns.improve` on the model's ticked problem until ``deadline``
+    or until it reaches ``target`` (a proven bound, in ticks)."""
     problem = model.problem
     base = lns.LnsModel(
         model=model.model,
@@ -559,7 +560,7 @@ def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSe
     return lns.improve(
         base, problem, incumbent,
         value_of=lambda timeline: objective_of(compute_metrics(timeline), settings.objective),
-        deadline=deadline, num_workers=int(settings.num_workers), seed=int(settings.random_seed),
+        deadline=deadline, num_workers=int(settings.num_workers), seed=int(settings.random_seed), target=target,
         should_stop=lambda: stop is not None and stop.requested,
     )
 
