@@ -10,7 +10,8 @@ lower bound and the gap. Objective: makespan.
 Writes results/bench_wall.csv after every row and prints the table and the goals at the end; progress per row
 goes to stderr. The time limit bounds each solve (warm starts included); timings depend on what else runs.
 
-    python scripts/bench_wall.py [--time-limit 60] [--workers 2] [--max-p 32] [--n-factors 2 4] [--out results]
+    python scripts/bench_wall.py [--time-limit 60] [--workers 2] [--max-p 32] [--p 8 16 32] [--n-factors 2 4]
+                                 [--out results]
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ def budgets(p: int) -> list[int]:
     return sorted({round(1 + k * (p - 1) / 3) for k in range(4)})
 
 
-def cases(max_p: int, n_factors: list[int]) -> Iterator[tuple[str, Problem]]:
+def cases(ps: list[int], max_p: int, n_factors: list[int]) -> Iterator[tuple[str, Problem]]:
     """Every row's (layout name, problem), in table order."""
-    for p in (8, 16, 32):
+    for p in ps:
         if p > max_p:
             continue
         for factor in n_factors:
@@ -127,12 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=60.0, help="limit per solve, seconds")
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers")
     parser.add_argument("--max-p", type=int, default=32, help="skip rows with more devices")
+    parser.add_argument("--p", type=int, nargs="+", default=[8, 16, 32], help="pipeline depths to run")
     parser.add_argument("--n-factors", type=int, nargs="+", default=[2, 4], help="N as multiples of P")
     parser.add_argument("--out", default=str(ROOT / "results"), help="folder for bench_wall.csv")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
-    todo = list(cases(args.max_p, args.n_factors))
+    todo = list(cases(args.p, args.max_p, args.n_factors))
     path = Path(args.out) / "bench_wall.csv"
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
