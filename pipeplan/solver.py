@@ -3,8 +3,11 @@
 The model is built in a fixed order, one function a step: data (integer ticks), warm starts (every named
 schedule and the greedy list schedulers, replayed), variables (one fixed-size interval per op), constraints
 (precedence, no overlap per device, the activation budget as a cumulative, symmetry breaking, lower bounds),
-objective, solve, read back. The schedule read back is only an order per device; the simulator replays it in
-the problem's exact units and that replay is the result, so every number a user sees comes from one place.
+objective, solve, read back. The whole-model search gets half of the time left after the warm starts
+(:data:`SEARCH_SHARE`); when it does not prove its answer optimal, a large-neighbourhood search around the best
+schedule so far (:mod:`pipeplan.lns`) uses the rest. The schedule read back is only an order per device; the
+simulator replays it in the problem's exact units and that replay is the result, so every number a user sees
+comes from one place.
 
 Objectives:
 

@@ -71,8 +71,8 @@ def test_peak_memory_is_a_half_and_a_third_of_1f1b(p: int) -> None:
 
 
 def test_unit_costs_p8_n16() -> None:
-    # V-Min reaches the authors' figure (123, quoted beside a 125 from the optimizer); this V-Half's single
-    # squeeze reaches 119 where the authors' two-pass squeeze reaches 113 (see the module docstring).
+    # Makespans reported for the authors' implementation in this case: V-Min 123, V-Half 113. This V-Min
+    # matches; this V-Half's single squeeze reaches 119 (see the module docstring for what differs).
     problem = unit_problem(8, 16)
     assert replay_valid(problem, "v-min")[1].makespan == 123
     assert replay_valid(problem, "v-half")[1].makespan == 119
