@@ -131,41 +131,64 @@ def _nested_in_flight(problem: Problem, stage: int) -> int:
     n = problem.num_microbatches
     device = problem.device_of(stage)
     budget = problem.budget
-    nested = sum(problem.activation[s] for s in problem.stages_on_device(device) if s <= stage)
+    nested = _nested(problem, stage)
     if budget is None or nested <= 0:
         return n
     return max(1, min(n, int(math.floor(budget[device] / nested + _EPS))))
 
 
-def _nested_memory_chain(problem: Problem, device: int) -> float:
-    """A span the budget forces on ``device`` through any one of its stages (any number of chunks).
+def _nested(problem: Problem, stage: int) -> float:
+    """What a microbatch live on ``stage`` holds on its device: its activations there and on every lower stage
+    of the device (its forward there came first and its B there comes after)."""
+    device = problem.device_of(stage)
+    return sum(problem.activation[s] for s in problem.stages_on_device(device) if s <= stage)
 
-    For a stage s of the device, with room for k live microbatches there (:func:`_nested_in_flight`), F(s, m+k)
-    cannot start before B(s, m) ends: otherwise m .. m+k-1 would all still hold their nested activations when
-    m+k allocates its own, k+1 of them in all. B(s, m) starts at least a round trip after F(s, m) starts. So
-    with N - 1 = q k + r, B(s, N-1) ends at least r F + (q + 1)(trip + B) after F(s, 0) starts. The device's
-    first op is F of its lowest stage s0 for microbatch 0 (every op of the device follows it), which precedes
-    F(s, 0) by the forwards and links from s0 up to s. After B(s, N-1) the device still runs W(s, N-1), and
-    B(s', N-1) of each lower stage s' of the device follows it by the backwards and links down to s' (then
-    W(s', N-1)). The span is at least the largest sum over its stages.
+
+def _nested_memory_chain(problem: Problem, device: int) -> float:
+    """A span the budget forces on ``device`` through any pair of its stages s <= s' (any number of chunks).
+
+    Take j microbatches m .. m+j-1 past their forward on s: if B(s, m) has not ended when F(s', m+j) starts,
+    none of their B(s) has (each kind runs in microbatch order), so each holds its nested activations on s
+    (:func:`_nested`), and m+j holds its nested activations on s'. With j = J = floor((budget - nested(s')) /
+    nested(s)) + 1 that overflows the budget, so F(s', m+J) starts after B(s, m) ends, which is at least
+    D = trip(s') + B(s') [+ the backwards and links from s' down to s, + B(s), when s < s'] after F(s', m)
+    starts (for s = s', J is :func:`_nested_in_flight`). So with N - 1 = q J + r, F(s', N-1) starts at least
+    r F(s') + q D after F(s', 0), and B(s', N-1) ends a trip and a B later. The device's first op is F of its
+    lowest stage s0 for microbatch 0 (every op of the device follows it), which precedes F(s', 0) by the
+    forwards and links from s0 up to s'. After B(s', N-1) the device still runs W(s', N-1), and B(t, N-1) of
+    each lower stage t of the device follows it by the backwards and links down to t (then W(t, N-1)). The span
+    is at least the largest such sum.
     """
     n = problem.num_microbatches
+    budget = problem.budget
+    if budget is None:
+        return 0.0
     stages = problem.stages_on_device(device)
     lowest = min(stages)
     best = 0.0
-    for s in stages:
-        k = _nested_in_flight(problem, s)
-        q, r = divmod(n - 1, k)
-        step = _round_trip(problem, s) + problem.backward[s]
-        chain = r * problem.forward[s] + (q + 1) * step
-        up = sum(problem.forward[t] + problem.link_latency(t) for t in range(lowest, s))
-        after = problem.backward_weight[s]
+    for upper in stages:
+        trip = _round_trip(problem, upper) + problem.backward[upper]
+        up = sum(problem.forward[t] + problem.link_latency(t) for t in range(lowest, upper))
+        after = problem.backward_weight[upper]
         down = 0.0
-        for t in range(s - 1, lowest - 1, -1):
-            down += problem.link_latency(t) + problem.backward[t]
+        down_to: dict[int, float] = {upper: 0.0}  # lower stage of the device -> backwards and links from upper
+        for t in range(upper - 1, lowest - 1, -1):
+            down += problem.link_latency(t)
             if t in stages:
-                after = max(after, down + problem.backward_weight[t])
-        best = max(best, up + chain + after)
+                down_to[t] = down
+                after = max(after, down + problem.backward[t] + problem.backward_weight[t])
+            down += problem.backward[t]
+        for lower, path in down_to.items():
+            if _nested(problem, lower) <= 0:
+                continue
+            if lower == upper:
+                j, step = _nested_in_flight(problem, upper), trip
+            else:
+                room = budget[device] - _nested(problem, upper)
+                j = max(1, min(n, int(math.floor(room / _nested(problem, lower) + _EPS)) + 1))
+                step = trip + path + problem.backward[lower]
+            q, r = divmod(n - 1, j)
+            best = max(best, up + r * problem.forward[upper] + q * step + trip + after)
     return best
 
 
