@@ -125,6 +125,98 @@ def _memory_chain(problem: Problem, stage: int, in_flight: int, window: float) -
     return r * f + q * step + window + b + w
 
 
+def _nested_in_flight(problem: Problem, stage: int) -> int:
+    """How many microbatches can be live on ``stage`` at once (past its forward's start, before its B's end).
+
+    A microbatch live on ``stage`` also holds its whole activation on every lower stage of the same device: its
+    forward there came first and its B there comes after. So each holds the sum of those activations and the
+    stage's own, and the budget fits at most that many of them (all of them without a budget).
+    """
+    n = problem.num_microbatches
+    device = problem.device_of(stage)
+    budget = problem.budget
+    nested = _nested(problem, stage)
+    if budget is None or nested <= 0:
+        return n
+    return max(1, min(n, int(math.floor(budget[device] / nested + _EPS))))
+
+
+def _nested(problem: Problem, stage: int) -> float:
+    """What a microbatch live on ``stage`` holds on its device: its activations there and on every lower stage
+    of the device (its forward there came first and its B there comes after)."""
+    device = problem.device_of(stage)
+    return sum(problem.activation[s] for s in problem.stages_on_device(device) if s <= stage)
+
+
+def _nested_memory_chain(problem: Problem, device: int, trips: list[float]) -> float:
+    """A span the budget forces on ``device`` through any pair of its stages s <= s' (any number of chunks).
+
+    Take j microbatches m .. m+j-1 past their forward on s: if B(s, m) has not ended when F(s', m+j) starts,
+    none of their B(s) has (each kind runs in microbatch order), so each holds its nested activations on s
+    (:func:`_nested`), and m+j holds its nested activations on s'. With j = J = floor((budget - nested(s')) /
+    nested(s)) + 1 that overflows the budget, so F(s', m+J) starts after B(s, m) ends, which is at least
+    D = trip(s') + B(s') [+ the backwards and links from s' down to s, + B(s), when s < s'] after F(s', m)
+    starts (for s = s', J is :func:`_nested_in_flight`). So with N - 1 = q J + r, F(s', N-1) starts at least
+    r F(s') + q D after F(s', 0), and B(s', N-1) ends a trip and a B later. The device's first op is F of its
+    lowest stage s0 for microbatch 0 (every op of the device follows it), which precedes F(s', 0) by the
+    forwards and links from s0 up to s'. After B(s', N-1) the device still runs W(s', N-1), and B(t, N-1) of
+    each lower stage t of the device follows it by the backwards and links down to t (then W(t, N-1)). The span
+    is at least the largest such sum.
+    """
+    n = problem.num_microbatches
+    budget = problem.budget
+    if budget is None:
+        return 0.0
+    stages = problem.stages_on_device(device)
+    lowest = min(stages)
+    best = 0.0
+    for upper in stages:
+        trip = trips[upper] + problem.backward[upper]
+        up = sum(problem.forward[t] + problem.link_latency(t) for t in range(lowest, upper))
+        after = problem.backward_weight[upper]
+        down = 0.0
+        down_to: dict[int, float] = {upper: 0.0}  # lower stage of the device -> backwards and links from upper
+        for t in range(upper - 1, lowest - 1, -1):
+            down += problem.link_latency(t)
+            if t in stages:
+                down_to[t] = down
+                after = max(after, down + problem.backward[t] + problem.backward_weight[t])
+            down += problem.backward[t]
+        for lower, path in down_to.items():
+            if _nested(problem, lower) <= 0:
+                continue
+            if lower == upper:
+                j, step = _nested_in_flight(problem, upper), trip
+            else:
+                room = budget[device] - _nested(problem, upper)
+                j = max(1, min(n, int(math.floor(room / _nested(problem, lower) + _EPS)) + 1))
+                step = trip + path + problem.backward[lower]
+            q, r = divmod(n - 1, j)
+            best = max(best, up + r * problem.forward[upper] + q * step + trip + after)
+    return best
+
+
+def _memory_area_span(problem: Problem, device: int, trips: list[float]) -> float:
+    """A span the budget forces on ``device`` by the memory-time area its activations need.
+
+    Microbatch m's activation on a stage s of the device is live from the start of F(s, m) to the end of
+    B(s, m), at least a round trip plus B later; the weight share stays until W(s, m) ends, at least W after
+    that. Every such interval lies within the device's span (it opens with one of its ops and closes with
+    another), and at no time does the live sum exceed the budget. So budget x span is at least the sum of all
+    N microbatches' areas: N x the sum over the device's stages of activation x (trip + B) + weight_activation
+    x W.
+    """
+    budget = problem.budget
+    if budget is None or budget[device] <= 0:
+        return 0.0
+    area = sum(
+        problem.activation[s] * (trips[s] + problem.backward[s])
+        + problem.weight_activation[s] * problem.backward_weight[s]
+        for s in problem.stages_on_device(device)
+    )
+    return problem.num_microbatches * area / budget[device]
+
+
 def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
     """Per device, (earliest first start, least span) that every schedule within the budget obeys.
 
@@ -136,6 +228,10 @@ def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
     - tail window: from the end of F(d, N-1) to the start of B(d, N-1) lies the same trip less one forward;
       only the B and W of microbatches still held in memory can fill it (:func:`_tail_fill`);
     - memory chain: a tight budget spaces the forwards a round trip apart (:func:`_memory_chain`).
+
+    With several chunks per device, the memory chain through each of its stages, where a live microbatch
+    holds its activations on all the device's lower stages too (:func:`_nested_memory_chain`); and with any
+    number of chunks, the memory-time area all activations need within the budget (:func:`_memory_area_span`).
 
     When the budget cannot hold all N microbatches, B(d, 0) starts before F(d, N-1) and the windows are
     disjoint, so their idle times add; otherwise the larger counts. Valid for the symmetry-broken model, hence
@@ -158,6 +254,9 @@ def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
             idle_tail = max(0.0, window - problem.forward[s] - _tail_fill(problem, s, in_flight))
             span += idle_head + idle_tail if n > in_flight else max(idle_head, idle_tail)
             span = max(span, _memory_chain(problem, s, in_flight, window))
+        elif problem.budget is not None:
+            span = max(span, _nested_memory_chain(problem, d, trips))
+        span = max(span, _memory_area_span(problem, d, trips))
         bounds.append((start, span))
     return bounds
 

@@ -3,8 +3,11 @@
 The model is built in a fixed order, one function a step: data (integer ticks), warm starts (every named
 schedule and the greedy list schedulers, replayed), variables (one fixed-size interval per op), constraints
 (precedence, no overlap per device, the activation budget as a cumulative, symmetry breaking, lower bounds),
-objective, solve, read back. The schedule read back is only an order per device; the simulator replays it in
-the problem's exact units and that replay is the result, so every number a user sees comes from one place.
+objective, solve, read back. The whole-model search gets half of the time left after the warm starts
+(:data:`SEARCH_SHARE`); when it does not prove its answer optimal, a large-neighbourhood search around the best
+schedule so far (:mod:`pipeplan.lns`) uses the rest. The schedule read back is only an order per device; the
+simulator replays it in the problem's exact units and that replay is the result, so every number a user sees
+comes from one place.
 
 Objectives:
 
@@ -28,7 +31,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from pipeplan import schedules
+from pipeplan import lns, schedules
 from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
@@ -62,6 +65,11 @@ _EPS = 1e-9
 # The most ops a CP-SAT model is built for. Beyond it building the model alone takes tens of seconds and the
 # search rarely improves on the warm starts within minutes; the best warm start is returned with its bound.
 MAX_MODEL_OPS = 100_000
+
+# The share of the time left after the warm starts that the whole-model CP-SAT search gets; when it does not
+# prove its answer optimal, a neighbourhood search around its best schedule (:mod:`pipeplan.lns`) runs for the
+# rest. With few workers CP-SAT runs no neighbourhood search of its own and creeps where memory binds.
+SEARCH_SHARE = 0.5
 
 
 class StopRequest:
@@ -304,6 +312,8 @@ class _Model:
         self.horizon = horizon
         self.model = cp_model.CpModel()
         self.tasks: dict[Op, _Task] = {}  # keyed by op
+        # Each live-memory interval's length, with the forward that opens it and the B or W that closes it.
+        self.live: list[tuple[cp_model.IntVar, Op, Op]] = []
         self._add_variables()
         self._add_precedences()
         self._add_no_overlap()
@@ -353,6 +363,7 @@ class _Model:
                             continue
                         release = self.tasks[problem.op(kind, s, m)]
                         size = self.model.new_int_var(0, self.horizon, f"live_{kind.value}_s{s}_m{m}")
+                        self.live.append((size, problem.op(OpKind.F, s, m), problem.op(kind, s, m)))
                         intervals.append(self.model.new_interval_var(f.start, size, release.end, f"mem_{s}_{m}"))
                         demands.append(demand)
             if intervals:
@@ -401,9 +412,15 @@ class _Model:
         return obj
 
     def add_hint(self, timeline: Timeline) -> None:
-        """Start the search from a replayed schedule (in ticks)."""
-        for op, start in zip(timeline.ops, timeline.start):
-            self.model.add_hint(self.tasks[op].start, int(round(start)))
+        """Start the search from a replayed schedule (in ticks): every op's start, every live interval's length
+        and the objective, so that CP-SAT has a complete solution to begin from."""
+        starts = {op: int(round(start)) for op, start in zip(timeline.ops, timeline.start)}
+        for op, start in starts.items():
+            self.model.add_hint(self.tasks[op].start, start)
+        for size, opens, closes in self.live:
+            self.model.add_hint(size, starts[closes] + self.tasks[closes].duration - starts[opens])
+        metrics = compute_metrics(timeline)
+        self.model.add_hint(self.objective, int(round(objective_of(metrics, self.objective_name))))
 
 
 def _ops_in_dependency_order(problem: Problem) -> list[Op]:
@@ -493,7 +510,7 @@ def solve(
 
     model = _Model(ticked, settings.objective, _horizon(ticked, best.schedule, settings.objective))
     model.add_hint(simulate(ticked, best.schedule))
-    solver = _solver(settings, deadline)
+    solver = _solver(settings, _search_deadline(deadline))
     if progress is not None:
         solver.best_bound_callback = lambda value: progress(
             Progress(time.monotonic() - started, None, value / time_scale)
@@ -501,20 +518,55 @@ def solve(
     status = _run_search(solver, model, _Progress(progress, time_scale, started), stop)
     name = solver.status_name(status)
     log.info("CP-SAT status %s in %.2f s", name, solver.wall_time)
-    if status == cp_model.UNKNOWN:
-        return answer.result(best.schedule, best.schedule.name, bound, search=name, stop=stop)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
         # The model is a relaxation that the best warm start satisfies within the horizon: INFEASIBLE or
         # MODEL_INVALID here is a bug, never an answer to pass off as a result.
         raise RuntimeError(f"CP-SAT answered {name} on a model that has a solution: {solver.solution_info()}")
-    bound = max(bound, solver.best_objective_bound / time_scale)
-    solved = _read_order(model, solver, "optimal")
-    solved_metrics = compute_metrics(simulate(problem, solved))
-    if solved_metrics.feasible and objective_of(solved_metrics, settings.objective) < best.objective * (1 - _EPS):
-        raw = _solver_times(model, solver, time_scale) if exact else None
-        return answer.result(solved, "cp-sat", bound, search=name, stop=stop, raw=raw)
-    log.info("the solver's order is no better than warm start %s; returning that", best.schedule.name)
-    return answer.result(best.schedule, best.schedule.name, bound, search=name, stop=stop)
+    chosen, source, value, raw = best.schedule, best.schedule.name, best.objective, None
+    if status != cp_model.UNKNOWN:
+        bound = max(bound, solver.best_objective_bound / time_scale)
+        solved = _read_order(model, solver, "optimal")
+        solved_metrics = compute_metrics(simulate(problem, solved))
+        solved_value = objective_of(solved_metrics, settings.objective)
+        if solved_metrics.feasible and solved_value < value * (1 - _EPS):
+            chosen, source, value = solved, "cp-sat", solved_value
+            raw = _solver_times(model, solver, time_scale) if exact else None
+        else:
+            log.info("the solver's order is no better than warm start %s", best.schedule.name)
+    if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
+        found = _neighbourhood_search(model, chosen, settings, deadline, stop, target=bound * time_scale)
+        found_metrics = compute_metrics(simulate(problem, found))
+        found_value = objective_of(found_metrics, settings.objective)
+        if found_metrics.feasible and found_value < value * (1 - _EPS):
+            chosen, source, raw = found, "lns", None
+    return answer.result(chosen, source, bound, search=name, stop=stop, raw=raw)
+
+
+def _search_deadline(deadline: float) -> float:
+    """When the whole-model search ends: after :data:`SEARCH_SHARE` of the time left, so that the
+    neighbourhood search (:mod:`pipeplan.lns`) has the rest when the first does not prove its answer."""
+    now = time.monotonic()
+    return now + SEARCH_SHARE * max(0.0, deadline - now)
+
+
+def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSettings, deadline: float,
+                          stop: StopRequest | None, target: float = 0.0) -> Schedule:
+    """The incumbent improved by :func:`pipeplan.lns.improve` on the model's ticked problem until ``deadline``
+    or until it reaches ``target`` (a proven bound, in ticks)."""
+    problem = model.problem
+    base = lns.LnsModel(
+        model=model.model,
+        starts={op: task.start for op, task in model.tasks.items()},
+        durations={op: task.duration for op, task in model.tasks.items()},
+        objective=model.objective,
+        read_order=lambda solver: _read_order(model, solver, "optimal"),
+    )
+    return lns.improve(
+        base, problem, incumbent,
+        value_of=lambda timeline: objective_of(compute_metrics(timeline), settings.objective),
+        deadline=deadline, num_workers=int(settings.num_workers), seed=int(settings.random_seed), target=target,
+        should_stop=lambda: stop is not None and stop.requested,
+    )
 
 
 def _reason_not_to_search(problem: Problem, best: _Candidate, bound: float, deadline: float,

@@ -101,3 +101,34 @@ def tiny_problems(draw: st.DrawFn) -> Problem:
     p, n, split = draw(st.sampled_from([(2, 2, True), (3, 2, False), (1, 3, True), (1, 4, False)]))
     budget = st.one_of(st.none(), st.integers(min_value=0, max_value=8).map(lambda x: x / 8))
     return draw(per_stage_problem(p, n, split, quarters, budget))
+
+
+@st.composite
+def tiny_chunk_problems(draw: st.DrawFn) -> Problem:
+    """Two chunks per device small enough for :func:`brute_force` (a few thousand orders at most): one device
+    with 2 microbatches (unsplit), two devices with 1 microbatch (unsplit in either placement, split in V);
+    unequal per-stage costs and activations, a budget from one microbatch's footprint up to about two, or none."""
+    p, n, split, placement = draw(st.sampled_from([
+        (1, 2, False, "loop"), (1, 2, False, "v"), (2, 1, False, "loop"), (2, 1, False, "v"), (2, 1, True, "v"),
+    ]))
+    size = 2 * p
+    per_stage = st.lists(quarters, min_size=size, max_size=size)
+    activation = draw(st.lists(st.integers(min_value=1, max_value=3), min_size=size, max_size=size))
+    fractions = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=size, max_size=size))
+    problem = Problem.build(
+        num_stages=p,
+        num_microbatches=n,
+        num_chunks=2,
+        placement=placement,
+        forward=draw(per_stage),
+        backward=draw(per_stage),
+        backward_weight=draw(per_stage) if split else 0.0,
+        comm=draw(st.one_of(comms, st.lists(comms, min_size=size, max_size=size))),
+        activation=[float(a) for a in activation],
+        weight_activation=[a * q / 4 for a, q in zip(activation, fractions)] if split else 0.0,
+    )
+    extra = draw(st.one_of(st.none(), st.integers(min_value=0, max_value=8).map(lambda x: x / 8)))
+    if extra is None:
+        return problem
+    least = max(problem.footprint(d) for d in range(p))
+    return problem.with_budget(least * (1 + extra))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from exhaustive import feasible_timelines, tiny_problems, value_of
+from exhaustive import feasible_timelines, tiny_chunk_problems, tiny_problems, value_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import uneven_stage_values
@@ -66,6 +66,28 @@ def test_every_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Pr
     assert timelines, "a budget of at least one microbatch always admits a schedule"
     for timeline in timelines:
         check_bounds_hold(problem, timeline)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_chunk_problems())
+def test_every_bound_holds_for_every_feasible_order_of_tiny_two_chunk_problems(problem: Problem) -> None:
+    timelines = list(feasible_timelines(problem))
+    assert timelines, "a budget of at least one microbatch's footprint always admits a schedule"
+    for timeline in timelines:
+        check_bounds_hold(problem, timeline)
+
+
+def test_memory_bounds_see_chunks_across_devices() -> None:
+    """P = 8, N = 32, two chunks, budget of one microbatch's footprint: the bound rises far above the devices'
+    work (83.7 at no budget) in both placements, and stays below the best named schedule that fits."""
+    for placement in ("loop", "v"):
+        problem = Problem.build(8, 32, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.03,
+                                weight_activation=0.35, budget=1).with_layout(2, placement)
+        bound = makespan_lower_bound(problem)
+        assert bound > 3 * makespan_lower_bound(problem.with_budget(None))
+        best = min(compute_metrics(simulate(problem, s)).makespan for s in generate_applicable(problem)[0]
+                   if compute_metrics(simulate(problem, s)).feasible)
+        assert bound <= best
 
 
 @pytest.mark.parametrize("fields", [

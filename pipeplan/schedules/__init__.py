@@ -69,3 +69,4 @@ from pipeplan.schedules import interleaved  # noqa: E402, F401
 from pipeplan.schedules import vshape  # noqa: E402, F401
 from pipeplan.schedules import interleaved_zb  # noqa: E402, F401
 from pipeplan.schedules import dualpipe_v  # noqa: E402, F401
+from pipeplan.schedules import controllable  # noqa: E402, F401

@@ -1,0 +1,140 @@
+"""Large-neighbourhood search around an incumbent schedule: free a time window, keep the rest, re-solve.
+
+CP-SAT on a whole pipeline at a tight budget creeps: with two workers it runs no neighbourhood search of its
+own, and each improvement must rearrange thousands of ops at once. This search instead repeats a small move:
+
+1. take the incumbent's replayed timeline (in the model's integer ticks);
+2. pick a window of time; ops that end before it keep their start times, ops that start after it keep their
+   order on their device (they may move earlier), ops inside it are free;
+3. ask CP-SAT, from the incumbent as a hint, for a schedule better than the incumbent within a short limit;
+4. replay the order it finds (the simulator decides every value) and keep it when it is better.
+
+The windows slide from the end of the schedule (where a makespan is decided) to its start, then shrink and
+widen. Every neighbourhood keeps the incumbent feasible, so a sub-solve never fails to find one; a proven
+bound never comes from here (a neighbourhood is a restriction, not a relaxation).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from pipeplan.metrics import compute_metrics
+from pipeplan.problem import Op, Problem
+from pipeplan.schedule import Schedule
+from pipeplan.simulate import Timeline, simulate
+
+log = logging.getLogger(__name__)
+
+# Seconds one neighbourhood may take at most; short, so that many windows are tried within the time limit.
+SUB_SOLVE_S = 1.0
+# Seconds kept back from each sub-solve's limit for cloning the model and replaying its answer.
+REPLAY_MARGIN_S = 0.3
+# Window widths tried, as fractions of the incumbent's makespan, in turn.
+WIDTHS = (0.1, 0.05, 0.2)
+
+
+@dataclass(frozen=True)
+class Neighbourhood:
+    """A time window [begin, end) in ticks: ops inside it are free, the others keep their place or order."""
+
+    begin: int
+    end: int
+
+
+def windows(makespan: int, seed: int) -> Iterator[Neighbourhood]:
+    """Windows over [0, makespan): for each width in :data:`WIDTHS`, windows sliding from the end to the start
+    with half-width overlap, then random ones."""
+    rng = random.Random(seed)
+    for fraction in WIDTHS:
+        width = max(1, int(makespan * fraction))
+        end = makespan
+        while end > 0:
+            yield Neighbourhood(max(0, end - width), end)
+            end -= max(1, width // 2)
+    while True:
+        width = max(1, int(makespan * rng.choice(WIDTHS)))
+        begin = rng.randrange(0, max(1, makespan - width + 1))
+        yield Neighbourhood(begin, begin + width)
+
+
+@dataclass(frozen=True)
+class LnsModel:
+    """What the search needs of a built CP-SAT model: the model, each op's start variable (keyed by op), each
+    op's duration in ticks (keyed by op), the objective variable, and how to read an order from a solution."""
+
+    model: cp_model.CpModel
+    starts: Mapping[Op, cp_model.IntVar]
+    durations: Mapping[Op, int]
+    objective: cp_model.IntVar
+    read_order: Callable[[cp_model.CpSolver], Schedule]
+
+
+def _restrict(base: LnsModel, timeline: Timeline, window: Neighbourhood, bound: int) -> cp_model.CpModel:
+    """A copy of the model with the incumbent's ops outside ``window`` held, the incumbent as a hint and the
+    objective below ``bound``."""
+    model = base.model.clone()
+
+    def var(op: Op) -> cp_model.IntVar:
+        return model.get_int_var_from_proto_index(base.starts[op].index)
+
+    start = {op: int(round(s)) for op, s in zip(timeline.ops, timeline.start)}
+    later: dict[int, list[Op]] = {}  # device -> ops after the window, in incumbent order
+    for op, device in zip(timeline.ops, timeline.device):
+        if start[op] + base.durations[op] <= window.begin:
+            model.add(var(op) == start[op])
+        elif start[op] >= window.end:
+            later.setdefault(device, []).append(op)
+    for ops in later.values():
+        ops.sort(key=lambda op: start[op])
+        for before, after in zip(ops, ops[1:]):
+            model.add(var(after) >= var(before) + base.durations[before])
+    model.clear_hints()  # type: ignore[no-untyped-call]
+    for op, value in start.items():
+        model.add_hint(var(op), value)
+    model.add(model.get_int_var_from_proto_index(base.objective.index) <= bound)
+    return model
+
+
+def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Callable[[Timeline], float],
+            deadline: float, num_workers: int, seed: int = 0, target: float = 0.0,
+            should_stop: Callable[[], bool] = lambda: False) -> Schedule:
+    """The best schedule found by neighbourhood moves from ``incumbent`` until ``deadline`` (time.monotonic())
+    or until its value reaches ``target`` (a proven lower bound, in ticks).
+
+    ``problem`` is the ticked problem the model was built from; ``value_of`` gives a replayed timeline's
+    objective in ticks. Returns ``incumbent`` itself when no move improved it.
+    """
+    best = incumbent
+    timeline = simulate(problem, best)
+    value = value_of(timeline)
+    tried = improved = 0
+    for window in windows(int(round(max(timeline.end))), seed):
+        left = deadline - time.monotonic() - REPLAY_MARGIN_S
+        if left < 0.1 or value <= target or should_stop():
+            break
+        model = _restrict(base, timeline, window, int(round(value)) - 1)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = min(SUB_SOLVE_S, left)
+        solver.parameters.num_workers = num_workers
+        solver.parameters.random_seed = seed + tried
+        # Ctrl-C is the caller's (its handler asks should_stop() to end the loop): CP-SAT must not swallow it.
+        # A sub-solve lasts at most SUB_SOLVE_S, so the handler runs that soon.
+        solver.parameters.catch_sigint_signal = False
+        status = solver.solve(model)
+        tried += 1
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            continue
+        candidate = base.read_order(solver)
+        replay = simulate(problem, candidate)
+        if compute_metrics(replay).feasible and value_of(replay) < value:
+            best, timeline, value = candidate, replay, value_of(replay)
+            improved += 1
+            log.info("LNS window [%d, %d): %s", window.begin, window.end, value)
+    log.info("LNS: %d neighbourhoods, %d improvements", tried, improved)
+    return best

@@ -1,0 +1,204 @@
+"""V-Half and V-Min: V-placement schedules at a half and a third of 1F1B's activation memory.
+
+From Qi, Wan, Huang and Lin, "Pipeline Parallelism with Controllable Memory" (arXiv 2405.15362). Device r holds
+chunk 0 = model stage r and chunk 1 = model stage 2P - 1 - r (the V placement of ZB-V), and the backward is split
+into B and W. The construction works on a grid of unit time slots, as the paper's does:
+
+1. **Building block.** Every microbatch repeats one V-shaped block, shifted by 6 slots per microbatch (a device
+   runs 6 chunk-ops per microbatch: F, B and W on each chunk). On rank r, microbatch m's forward on chunk 0, forward
+   on chunk 1, input gradient on chunk 1 and input gradient on chunk 0 sit at 6m plus
+
+   - V-Min: r, 2P - 1 - r, 2P + g + r, 4P + g - 1 - r, with g = 2 when P is a multiple of 3, else 0;
+   - V-Half: 2r, 3P - 2 - r, 3P + g - 1 + 2r, 6P + g - 2 - r, with g = 3 when P is even, else 0.
+
+   Each op sits at least one slot after the op it depends on, and the four offsets differ modulo 6 (the gap g
+   makes them so), so no two ops of a device share a slot. A microbatch holds chunk 0's activation from its
+   first to its last offset and chunk 1's between the middle two: a lifespan of 4P + 2g slots for V-Min and
+   6P + 2g for V-Half, i.e. (4P + 2g) / 6 and (6P + 2g) / 6 microbatches alive per device in the steady state.
+   In activations of one chunk that is about 2P/3 and P: a third and a half of 1F1B's 2P (P device-activations,
+   each split over two chunks).
+2. **Weight gradients** go into the free slots, oldest owed W first: each W as soon as a slot after its B is free.
+3. **Squeeze.** In slot order, every op moves to the earliest free slot after its dependencies (and after the
+   same op of the previous microbatch, so that each kind runs in microbatch order) at which its device's peak
+   memory stays what the block gave it. Moving a B or W earlier only frees memory; a forward may move only if
+   the live memory of every slot it now spans leaves room for its activation. The squeeze fills the warm-up and
+   cool-down, where the repeating block leaves the most holes.
+
+The schedule is each device's ops in slot order; the simulator replays it with the problem's real costs and
+latencies. A device's peak depends on its order alone (it runs one op at a time), so the peak measured on the
+grid is the replayed peak whatever the costs. Memory is counted with the problem's own rule
+(:meth:`~pipeplan.problem.Problem.allocated_by`, :meth:`~pipeplan.problem.Problem.released_by`).
+
+What differs from the authors' Megatron implementation (``zbv_greedy.py``): their squeeze keeps the steady
+state fixed, runs twice (with and without W) and counts the whole activation as held until W; here one squeeze
+runs over every op, memory is the problem's (B releases what W does not keep), and each device keeps its own
+peak rather than the largest over devices.
+
+The budget is not adapted: when the peak is above it, the metrics report the schedule infeasible.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from pipeplan.problem import Op, OpKind, Problem
+from pipeplan.schedule import NotApplicable, Schedule
+from pipeplan.schedules import register
+
+# Slots per microbatch per device: F, B and W on each of two chunks.
+PERIOD = 6
+
+# (num_devices, rank) -> slot offsets of (F chunk 0, F chunk 1, B chunk 1, B chunk 0) for microbatch 0.
+Block = Callable[[int, int], tuple[int, int, int, int]]
+
+
+def v_min_block(p: int, r: int) -> tuple[int, int, int, int]:
+    """V-Min's building block on rank ``r`` of ``p`` (lifespan 4P + 2g slots per microbatch)."""
+    g = 2 if p % 3 == 0 else 0
+    return r, 2 * p - 1 - r, 2 * p + g + r, 4 * p + g - 1 - r
+
+
+def v_half_block(p: int, r: int) -> tuple[int, int, int, int]:
+    """V-Half's building block on rank ``r`` of ``p`` (lifespan 6P + 2g slots per microbatch)."""
+    g = 3 if p % 2 == 0 else 0
+    return 2 * r, 3 * p - 2 - r, 3 * p + g - 1 + 2 * r, 6 * p + g - 2 - r
+
+
+class _Grid:
+    """Every op's slot, which slots each device has taken, and each device's live memory per slot."""
+
+    def __init__(self, problem: Problem, block: Block) -> None:
+        self.problem = problem
+        p, n = problem.num_devices, problem.num_microbatches
+        self.horizon = PERIOD * (n + 2 * p) + 8 * p  # past the last slot the block and W placement can use
+        self.slot: dict[Op, int] = {}  # keyed by op
+        self.taken: list[dict[int, Op]] = [{} for _ in range(p)]  # per device: slot -> op
+        for r in range(p):
+            offsets = block(p, r)
+            assert len({o % PERIOD for o in offsets}) == 4, f"block offsets {offsets} collide on rank {r}"
+            down, up = r, 2 * p - 1 - r  # model stages of chunk 0 and chunk 1
+            kinds = ((OpKind.F, down), (OpKind.F, up), (OpKind.B, up), (OpKind.B, down))
+            for (kind, stage), offset in zip(kinds, offsets):
+                for m in range(n):
+                    self._put(problem.op(kind, stage, m), offset + PERIOD * m)
+        self._place_weights()
+        self.live = self._live_memory()
+        self.limit = [max(live) for live in self.live]
+
+    def _put(self, op: Op, slot: int) -> None:
+        device = self.problem.device_of(op.stage)
+        assert slot not in self.taken[device], f"slot {slot} of device {device} taken twice"
+        self.slot[op] = slot
+        self.taken[device][slot] = op
+
+    def _place_weights(self) -> None:
+        """Each device's W into its free slots, oldest owed first (a W is owed once its B has run)."""
+        problem = self.problem
+        for taken in self.taken:
+            owed: deque[Op] = deque()
+            last = max(taken)
+            slot = 0
+            while slot <= last or owed:
+                op = taken.get(slot)
+                if op is not None:
+                    if op.kind is OpKind.B:
+                        owed.append(problem.op(OpKind.W, op.stage, op.microbatch))
+                elif owed:
+                    self._put(owed.popleft(), slot)
+                slot += 1
+
+    def _change(self, op: Op) -> tuple[float, int]:
+        """What ``op`` does to its device's live memory and from which slot offset: a forward holds its
+        activation from its own slot on; a B or W stops holding its release after its slot."""
+        if op.kind is OpKind.F:
+            return self.problem.allocated_by(op.kind, op.stage), 0
+        return -self.problem.released_by(op.kind, op.stage), 1
+
+    def _live_memory(self) -> list[list[float]]:
+        """Per device, the memory live during each slot."""
+        live = [[0.0] * self.horizon for _ in range(self.problem.num_devices)]
+        for op, slot in self.slot.items():
+            amount, offset = self._change(op)
+            live[self.problem.device_of(op.stage)][slot + offset] += amount
+        for row in live:
+            for k in range(1, self.horizon):
+                row[k] += row[k - 1]
+        return live
+
+    def _move(self, op: Op, new: int) -> None:
+        """Move ``op`` to the earlier free slot ``new``; its change to live memory now covers [new, old) too."""
+        device = self.problem.device_of(op.stage)
+        old = self.slot[op]
+        del self.taken[device][old]
+        self._put(op, new)
+        amount, offset = self._change(op)
+        live = self.live[device]
+        for k in range(new + offset, old + offset):
+            live[k] += amount
+
+    def _earliest(self, op: Op) -> int:
+        """The first slot after every dependency of ``op`` and after the same op of the previous microbatch."""
+        problem = self.problem
+        earliest = max((self.slot[dep] + 1 for dep, _ in problem.dependencies(op)), default=0)
+        if op.microbatch > 0:
+            earliest = max(earliest, self.slot[problem.op(op.kind, op.stage, op.microbatch - 1)] + 1)
+        return earliest
+
+    def _fits_from(self, op: Op, slot: int, new: int) -> bool:
+        """Whether ``op`` (a forward) may allocate at ``new`` instead of ``slot`` within its device's peak."""
+        device = self.problem.device_of(op.stage)
+        live = self.live[device]
+        room = self.limit[device] - self.problem.allocated_by(op.kind, op.stage)
+        return max(live[new:slot]) <= room + 1e-9
+
+    def squeeze(self) -> None:
+        """Move every op, in slot order, to the earliest free slot its dependencies and its device's peak allow."""
+        problem = self.problem
+        for op in sorted(self.slot, key=lambda o: (self.slot[o], problem.device_of(o.stage))):
+            slot = self.slot[op]
+            device = problem.device_of(op.stage)
+            taken = self.taken[device]
+            for new in range(self._earliest(op), slot):
+                if new in taken:
+                    continue
+                if op.kind is OpKind.F and not self._fits_from(op, slot, new):
+                    continue
+                self._move(op, new)
+                break
+
+    def orders(self) -> list[list[Op]]:
+        """Each device's ops in slot order."""
+        return [[taken[slot] for slot in sorted(taken)] for taken in self.taken]
+
+
+def _check_applicable(problem: Problem, name: str) -> None:
+    if problem.placement != "v" or problem.num_chunks != 2 or not problem.split_backward:
+        needed = [fix for fix, missing in (("pipeline.num_chunks: 2", problem.num_chunks != 2),
+                                           ("pipeline.placement: v", problem.placement != "v"),
+                                           ("costs.backward_weight > 0", not problem.split_backward)) if missing]
+        raise NotApplicable(
+            f"{name} needs num_chunks 2 in V placement and a split backward (got num_chunks {problem.num_chunks}, "
+            f"placement {problem.placement!r}, {'split' if problem.split_backward else 'unsplit'} backward); set "
+            + ", ".join(needed)
+        )
+
+
+def controllable_memory_schedule(problem: Problem, name: str, block: Block) -> Schedule:
+    """The schedule built from ``block`` (see the module docstring): block, weight gradients, squeeze."""
+    _check_applicable(problem, name)
+    grid = _Grid(problem, block)
+    grid.squeeze()
+    return Schedule.from_lists(name, grid.orders())
+
+
+@register("v-half")
+def v_half(problem: Problem) -> Schedule:
+    """V-Half: V placement, split backward; about half of 1F1B's activation memory at a small bubble."""
+    return controllable_memory_schedule(problem, "v-half", v_half_block)
+
+
+@register("v-min")
+def v_min(problem: Problem) -> Schedule:
+    """V-Min: V placement, split backward; about a third of 1F1B's activation memory."""
+    return controllable_memory_schedule(problem, "v-min", v_min_block)
