@@ -29,6 +29,26 @@ def register(name: str) -> Callable[[Generator], Generator]:
     return wrap
 
 
+def require_chunks(problem: Problem, name: str, placement: str, exactly_two: bool, split_backward: bool) -> None:
+    """Raise :class:`NotApplicable` unless ``problem`` has the layout schedule ``name`` is built for: 2 chunks per
+    device (or at least 2 unless ``exactly_two``) in ``placement`` and, if ``split_backward``, a split backward.
+    The message says what the schedule needs, what the problem has, and which config keys to set."""
+    chunks_ok = problem.num_chunks == 2 if exactly_two else problem.num_chunks >= 2
+    fixes = [fix for fix, needed in (("pipeline.num_chunks: 2", not chunks_ok),
+                                     (f"pipeline.placement: {placement}", problem.placement != placement),
+                                     ("costs.backward_weight > 0", split_backward and not problem.split_backward))
+             if needed]
+    if not fixes:
+        return
+    where = "V placement" if placement == "v" else f"{placement} placement"
+    needs = f"num_chunks {'2' if exactly_two else '>= 2'} in {where}" + (" and a split backward" if split_backward
+                                                                         else "")
+    got = f"num_chunks {problem.num_chunks}, placement {problem.placement!r}"
+    if split_backward:
+        got += f", {'split' if problem.split_backward else 'unsplit'} backward"
+    raise NotApplicable(f"{name} needs {needs} (got {got}); set " + ", ".join(fixes))
+
+
 def names() -> list[str]:
     """Registered schedule names, simplest first."""
     return list(REGISTRY)

@@ -43,8 +43,8 @@ from collections import deque
 from collections.abc import Callable
 
 from pipeplan.problem import Op, OpKind, Problem
-from pipeplan.schedule import NotApplicable, Schedule
-from pipeplan.schedules import register
+from pipeplan.schedule import Schedule
+from pipeplan.schedules import register, require_chunks
 
 # Slots per microbatch per device: F, B and W on each of two chunks.
 PERIOD = 6
@@ -172,21 +172,9 @@ class _Grid:
         return [[taken[slot] for slot in sorted(taken)] for taken in self.taken]
 
 
-def _check_applicable(problem: Problem, name: str) -> None:
-    if problem.placement != "v" or problem.num_chunks != 2 or not problem.split_backward:
-        needed = [fix for fix, missing in (("pipeline.num_chunks: 2", problem.num_chunks != 2),
-                                           ("pipeline.placement: v", problem.placement != "v"),
-                                           ("costs.backward_weight > 0", not problem.split_backward)) if missing]
-        raise NotApplicable(
-            f"{name} needs num_chunks 2 in V placement and a split backward (got num_chunks {problem.num_chunks}, "
-            f"placement {problem.placement!r}, {'split' if problem.split_backward else 'unsplit'} backward); set "
-            + ", ".join(needed)
-        )
-
-
 def controllable_memory_schedule(problem: Problem, name: str, block: Block) -> Schedule:
     """The schedule built from ``block`` (see the module docstring): block, weight gradients, squeeze."""
-    _check_applicable(problem, name)
+    require_chunks(problem, name, "v", exactly_two=True, split_backward=True)
     grid = _Grid(problem, block)
     grid.squeeze()
     return Schedule.from_lists(name, grid.orders())

@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections import deque
 
 from pipeplan.problem import Op, OpKind, Problem
-from pipeplan.schedule import NotApplicable, Schedule
-from pipeplan.schedules import register
+from pipeplan.schedule import Schedule
+from pipeplan.schedules import register, require_chunks
 
 
 class _RankOrder:
@@ -111,13 +111,5 @@ def rank_order(problem: Problem, rank: int) -> list[Op]:
 @register("dualpipe-v")
 def dualpipe_v(problem: Problem) -> Schedule:
     """DualPipeV: two chunks per device in V placement, split backward."""
-    fixes = [fix for fix, needed in (("pipeline.num_chunks: 2", problem.num_chunks != 2),
-                                     ("pipeline.placement: v", problem.placement != "v"),
-                                     ("costs.backward_weight > 0", not problem.split_backward)) if needed]
-    if fixes:
-        raise NotApplicable(
-            "dualpipe-v needs num_chunks 2 in V placement and a split backward (got num_chunks "
-            f"{problem.num_chunks}, placement {problem.placement!r}, "
-            f"{'split' if problem.split_backward else 'unsplit'} backward); set " + ", ".join(fixes)
-        )
+    require_chunks(problem, "dualpipe-v", "v", exactly_two=True, split_backward=True)
     return Schedule.from_lists("dualpipe-v", [rank_order(problem, r) for r in range(problem.num_devices)])

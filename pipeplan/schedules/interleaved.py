@@ -26,8 +26,8 @@ it, the metrics report the schedule infeasible.
 from __future__ import annotations
 
 from pipeplan.problem import Op, OpKind, Problem
-from pipeplan.schedule import NotApplicable, Schedule
-from pipeplan.schedules import register
+from pipeplan.schedule import Schedule
+from pipeplan.schedules import register, require_chunks
 
 
 def group_sizes(num_stages: int, num_microbatches: int) -> list[int]:
@@ -57,13 +57,7 @@ def warmup_counts(num_stages: int, num_microbatches: int, num_chunks: int) -> li
 @register("interleaved-1f1b")
 def interleaved_one_f_one_b(problem: Problem) -> Schedule:
     """Interleaved 1F1B over ``num_chunks`` >= 2 chunks per device in loop placement, for any N."""
-    if problem.placement != "loop" or problem.num_chunks < 2:
-        raise NotApplicable(
-            f"interleaved-1f1b needs num_chunks >= 2 in loop placement (got num_chunks {problem.num_chunks}, "
-            f"placement {problem.placement!r}); set "
-            + " and ".join(fix for fix, needed in (("pipeline.num_chunks: 2", problem.num_chunks < 2),
-                                                  ("pipeline.placement: loop", problem.placement != "loop")) if needed)
-        )
+    require_chunks(problem, "interleaved-1f1b", "loop", exactly_two=False, split_backward=False)
     p, v = problem.num_devices, problem.num_chunks
     table = chunk_table(p, problem.num_microbatches, v)
     total = len(table)

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections import deque
 
 from pipeplan.problem import Op, OpKind, Problem
-from pipeplan.schedule import NotApplicable, Schedule
-from pipeplan.schedules import register
+from pipeplan.schedule import Schedule
+from pipeplan.schedules import register, require_chunks
 from pipeplan.schedules.interleaved import chunk_table, group_sizes
 
 
@@ -40,15 +40,7 @@ def warmup_counts(num_stages: int, num_microbatches: int, num_chunks: int) -> li
 @register("interleaved-zb")
 def interleaved_zero_bubble(problem: Problem) -> Schedule:
     """Interleaved zero bubble over ``num_chunks`` >= 2 chunks per device in loop placement (split backward)."""
-    fixes = [fix for fix, needed in (("pipeline.num_chunks: 2", problem.num_chunks < 2),
-                                     ("pipeline.placement: loop", problem.placement != "loop"),
-                                     ("costs.backward_weight > 0", not problem.split_backward)) if needed]
-    if fixes:
-        raise NotApplicable(
-            "interleaved-zb needs num_chunks >= 2 in loop placement and a split backward (got num_chunks "
-            f"{problem.num_chunks}, placement {problem.placement!r}, "
-            f"{'split' if problem.split_backward else 'unsplit'} backward); set " + ", ".join(fixes)
-        )
+    require_chunks(problem, "interleaved-zb", "loop", exactly_two=False, split_backward=True)
     p, v = problem.num_devices, problem.num_chunks
     table = chunk_table(p, problem.num_microbatches, v)
     total = len(table)
