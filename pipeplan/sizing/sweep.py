@@ -99,7 +99,7 @@ def sweep(
     starts with "failed:"; the others go on. When ``should_stop()`` turns true the sweep ends early: rows not
     run say so in ``skipped``. :func:`sweep_with_stats` also returns the counts.
     """
-    return sweep_with_stats(**{k: v for k, v in locals().items()})[0]
+    return sweep_with_stats(**locals())[0]
 
 
 @dataclass
@@ -129,12 +129,7 @@ class SweepStats:
 NOT_RUN = "not run: the sweep was stopped first"
 
 
-def sweep_with_stats(**kwargs: Any) -> tuple[pd.DataFrame, SweepStats]:
-    """:func:`sweep` (same keywords), returning also what it did: its :class:`SweepStats`."""
-    return _sweep(**kwargs)
-
-
-def _sweep(
+def sweep_with_stats(
     *,
     model: object,
     hardware: object,
@@ -163,6 +158,7 @@ def _sweep(
     progress: Callable[[Progress], None] | None = None,
     should_stop: ShouldStop | None = None,
 ) -> tuple[pd.DataFrame, SweepStats]:
+    """:func:`sweep` (same keywords), returning also what it did: its :class:`SweepStats`."""
     model_rec = load_model(model)
     hardware_rec = load_hardware(hardware)
     names = [str(s) for s in _as_list("schedules", schedules)]
