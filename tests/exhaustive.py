@@ -73,26 +73,32 @@ comms = st.integers(min_value=0, max_value=4).map(lambda x: x / 8)
 
 @st.composite
 def per_stage_problem(draw: st.DrawFn, p: int, n: int, split: bool, times: st.SearchStrategy[float],
-                      budget: st.SearchStrategy[float | None]) -> Problem:
-    """A problem with unequal per-stage costs drawn from ``times``, random comm (one or per stage), activations
-    of 1 to 3, weight shares in quarters (split only) and a budget of ``budget`` activations of the largest
-    stage above one activation (None: unlimited)."""
-    per_stage = st.lists(times, min_size=p, max_size=p)
-    activation = draw(st.lists(st.integers(min_value=1, max_value=3), min_size=p, max_size=p))
-    fractions = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=p, max_size=p))
-    most = max(activation)
-    extra = draw(budget)
-    return Problem.build(
+                      budget: st.SearchStrategy[float | None], num_chunks: int = 1,
+                      placement: str = "loop") -> Problem:
+    """A problem with unequal per-stage costs drawn from ``times`` (one value per model stage), random comm (one or
+    per stage), activations of 1 to 3, weight shares in quarters (split only) and a budget of one microbatch's
+    footprint on the busiest device times (1 + ``budget``) (None: unlimited)."""
+    size = p * num_chunks
+    per_stage = st.lists(times, min_size=size, max_size=size)
+    activation = draw(st.lists(st.integers(min_value=1, max_value=3), min_size=size, max_size=size))
+    fractions = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=size, max_size=size))
+    problem = Problem.build(
         num_stages=p,
         num_microbatches=n,
+        num_chunks=num_chunks,
+        placement=placement,
         forward=draw(per_stage),
         backward=draw(per_stage),
         backward_weight=draw(per_stage) if split else 0.0,
-        comm=draw(st.one_of(comms, st.lists(comms, min_size=p, max_size=p))),
+        comm=draw(st.one_of(comms, st.lists(comms, min_size=size, max_size=size))),
         activation=[float(a) for a in activation],
         weight_activation=[a * q / 4 for a, q in zip(activation, fractions)] if split else 0.0,
-        budget=None if extra is None else most * (1 + extra),
     )
+    extra = draw(budget)
+    if extra is None:
+        return problem
+    least = max(problem.footprint(d) for d in range(p))
+    return problem.with_budget(least * (1 + extra))
 
 
 @st.composite
@@ -111,24 +117,5 @@ def tiny_chunk_problems(draw: st.DrawFn) -> Problem:
     p, n, split, placement = draw(st.sampled_from([
         (1, 2, False, "loop"), (1, 2, False, "v"), (2, 1, False, "loop"), (2, 1, False, "v"), (2, 1, True, "v"),
     ]))
-    size = 2 * p
-    per_stage = st.lists(quarters, min_size=size, max_size=size)
-    activation = draw(st.lists(st.integers(min_value=1, max_value=3), min_size=size, max_size=size))
-    fractions = draw(st.lists(st.integers(min_value=0, max_value=4), min_size=size, max_size=size))
-    problem = Problem.build(
-        num_stages=p,
-        num_microbatches=n,
-        num_chunks=2,
-        placement=placement,
-        forward=draw(per_stage),
-        backward=draw(per_stage),
-        backward_weight=draw(per_stage) if split else 0.0,
-        comm=draw(st.one_of(comms, st.lists(comms, min_size=size, max_size=size))),
-        activation=[float(a) for a in activation],
-        weight_activation=[a * q / 4 for a, q in zip(activation, fractions)] if split else 0.0,
-    )
-    extra = draw(st.one_of(st.none(), st.integers(min_value=0, max_value=8).map(lambda x: x / 8)))
-    if extra is None:
-        return problem
-    least = max(problem.footprint(d) for d in range(p))
-    return problem.with_budget(least * (1 + extra))
+    budget = st.one_of(st.none(), st.integers(min_value=0, max_value=8).map(lambda x: x / 8))
+    return draw(per_stage_problem(p, n, split, quarters, budget, num_chunks=2, placement=placement))
