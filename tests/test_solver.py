@@ -169,7 +169,11 @@ def check_solver_times(problem: Problem, result: SolveResult, objective: str, to
     for op, start in zip(result.timeline.ops, result.timeline.start):
         assert start <= result.solver_times[op][0] + tol, op.label
     assert value_of(raw, objective) <= result.solver_objective + EPS
-    assert result.objective <= result.solver_objective + tol
+    # Starting every op no later cannot end the step later, so the makespan never grows. A device's span can:
+    # the stage-span model lets a device start late (a relaxation), and the replay may start its first op
+    # earlier than CP-SAT did; only a proven optimum (below) pins the replay to CP-SAT's value.
+    if objective == "makespan":
+        assert result.objective <= result.solver_objective + tol
     if result.status == OPTIMAL:
         assert result.objective == pytest.approx(result.solver_objective, abs=tol)
 
