@@ -45,8 +45,7 @@ from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError, Op, OpKind, Problem
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
-from pipeplan.schedules.greedy import RULES as GREEDY_RULES
-from pipeplan.schedules.greedy import greedy_schedule
+from pipeplan.schedules.greedy import greedy_schedule, rules_for
 from pipeplan.simulate import Timeline, simulate
 
 __all__ = ["FEASIBLE", "MAX_MODEL_OPS", "OPTIMAL", "InfeasibleBudget", "Progress", "ProgressCallback",
@@ -267,7 +266,7 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
     found: list[tuple[Schedule, bool]] = [(s, True) for s in schedules.generate_applicable(problem)[0]]
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
     found.extend((schedule, False) for schedule in extra)
-    for rule in GREEDY_RULES:
+    for rule in rules_for(problem):
         if time.monotonic() >= deadline or (stop is not None and stop.requested):
             log.info("time limit reached or stop requested: greedy warm starts from %s on skipped", rule.name)
             break

@@ -146,10 +146,11 @@ REPLAY_CASES = [
     pytest.param(dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=16), "stage_span", id="family-8x16-span"),
     pytest.param(UNEQUAL_4X6, "makespan", id="unequal-4x6-makespan"),
     pytest.param(UNEQUAL_4X6, "stage_span", id="unequal-4x6-stage-span"),
-    pytest.param(dict(num_stages=2, num_microbatches=4, num_chunks=2, forward=[1, 1.25, 0.75, 1.5],
-                      backward=[1, 1.5, 1, 1.25], backward_weight=[0.5, 0.75, 0.5, 0.5], comm=0.125,
-                      weight_activation=0.25, budget=2),
-                 "makespan", id="loop-chunks-2x4"),
+    # (On 2 devices the age-ordered greedy warm start is already optimal; on 3 CP-SAT improves on it.)
+    pytest.param(dict(num_stages=3, num_microbatches=4, num_chunks=2, forward=[1, 1.25, 0.75, 1.5, 1, 1.25],
+                      backward=[1, 1.5, 1, 1.25, 1.5, 1], backward_weight=[0.5, 0.75, 0.5, 0.5, 0.5, 0.75],
+                      comm=0.125, weight_activation=0.25, budget=2),
+                 "makespan", id="loop-chunks-3x4"),
 ]
 
 

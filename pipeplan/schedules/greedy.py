@@ -4,6 +4,22 @@ Whenever a device is idle it starts, among the ops whose dependencies have ended
 priority order that may run: B (oldest microbatch first) unblocks the previous stage, F is admitted only while
 the budget (and an optional cap on microbatches in flight) allows, and W fills what is left. It is not
 registered as a named schedule: frameworks do not ship it, it only seeds the optimizer.
+
+With several chunks per device a forward is admitted by one of two rules, which must never let the run stall
+(every microbatch's forwards wait for memory that only its own later ops would free):
+
+- ``reserve``: a microbatch entering a device (its forward on the device's lowest chunk) reserves what it will
+  hold there on all its chunks; its later chunks never wait. Safe, but a microbatch away on other devices
+  keeps its whole reservation.
+- ``age``: a forward of microbatch m may take memory only if what is left still covers everything the older
+  microbatches 0 .. m-1 will yet allocate on the device (a banker's rule ordered by age). It lets a new
+  microbatch start its first chunk while an older one is out on the others, which is what a budget of one or
+  two microbatches needs. It cannot stall: take the oldest unfinished microbatch g (every older one is done
+  and holds nothing) waiting for memory on a device. If no newer microbatch holds memory there, g holds at
+  most what it alone needs. Otherwise look at the latest admission of a newer one n: then the live memory
+  plus n's forward plus the older ones' remaining needs (g's included) fitted the budget; since then only
+  older microbatches allocated, each within what was counted for it, and releases only free memory; so g's
+  forward fits now. g's B and W need no memory, so g finishes, and by induction every microbatch does.
 """
 
 from __future__ import annotations
@@ -29,20 +45,56 @@ class GreedyRule:
     """One variant of the list scheduler.
 
     ``priority`` names the kind order (``bfw`` or ``bwf``); ``cap`` limits microbatches in flight per device:
-    'budget' (only the budget), '1f1b' (P - d, 1F1B's warm-up) or '2x' (2(P - d), ZB-H2's).
+    'budget' (only the budget), '1f1b' (P - d, 1F1B's warm-up) or '2x' (2(P - d), ZB-H2's); ``admission``
+    is how forwards take memory, 'reserve' or 'age' (see the module's docstring; with one chunk per device
+    both admit the same forwards).
     """
 
     priority: str = "bfw"
     cap: str = "budget"
+    admission: str = "reserve"
 
     @property
     def name(self) -> str:
-        return f"greedy-{self.priority}-{self.cap}"
+        suffix = "" if self.admission == "reserve" else f"-{self.admission}"
+        return f"greedy-{self.priority}-{self.cap}{suffix}"
 
 
 RULES: tuple[GreedyRule, ...] = tuple(
     GreedyRule(priority, cap) for priority in _PRIORITIES for cap in ("budget", "1f1b", "2x")
 )
+# The rules that differ from RULES only with several chunks per device.
+AGE_RULES: tuple[GreedyRule, ...] = tuple(
+    GreedyRule(priority, cap, "age") for priority in _PRIORITIES for cap in ("budget", "1f1b")
+)
+
+
+def rules_for(problem: Problem) -> tuple[GreedyRule, ...]:
+    """The rules worth running on ``problem``: the age-ordered admission only matters with several chunks."""
+    return RULES + AGE_RULES if problem.num_chunks > 1 else RULES
+
+
+class _PrefixSums:
+    """A Fenwick tree: point updates and prefix sums over microbatches, each in O(log N)."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.tree = [0.0] * (len(values) + 1)
+        for i, value in enumerate(values):
+            self.add(i, value)
+
+    def add(self, index: int, delta: float) -> None:
+        i = index + 1
+        while i < len(self.tree):
+            self.tree[i] += delta
+            i += i & -i
+
+    def before(self, index: int) -> float:
+        """The sum of the values at positions 0 .. index - 1."""
+        total, i = 0.0, index
+        while i > 0:
+            total += self.tree[i]
+            i -= i & -i
+        return total
 
 
 def _in_flight_cap(problem: Problem, device: int, cap: str) -> int:
@@ -72,6 +124,13 @@ class _ListScheduler:
         self.per_microbatch = [problem.footprint(d) for d in devices]
         budget = problem.budget
         self.budget = [float("inf")] * problem.num_devices if budget is None else list(budget)
+        self.by_age = rule.admission == "age"
+        # age: per device, what each microbatch will still allocate there (its forwards not yet started).
+        self.remaining = [
+            _PrefixSums([self.per_microbatch[d]] * problem.num_microbatches) if self.by_age else None
+            for d in devices
+        ]
+        # Memory held per device: reserved footprints (reserve) or the live activations (age).
         self.committed = [0.0] * problem.num_devices
         self.in_flight = [0] * problem.num_devices
         self.free_at = [0.0] * problem.num_devices
@@ -106,23 +165,49 @@ class _ListScheduler:
             key = (-op.stage, op.microbatch) if op.kind is OpKind.F else (op.microbatch, -op.stage)
             heapq.heappush(self.ready[device][op.kind], (key, op))
 
+    def _fits(self, device: int, need: float) -> bool:
+        budget = self.budget[device]
+        return self.committed[device] + need <= budget * (1 + MEMORY_TOLERANCE) + MEMORY_TOLERANCE
+
     def _admissible(self, device: int, op: Op) -> bool:
-        if op.kind is not OpKind.F or op.stage != self.first_stage[device]:
+        if op.kind is not OpKind.F:
             return True
-        need = self.per_microbatch[device]
-        fits = self.committed[device] + need <= self.budget[device] * (1 + MEMORY_TOLERANCE) + MEMORY_TOLERANCE
-        return fits and self.in_flight[device] < self.cap[device]
+        first = op.stage == self.first_stage[device]
+        if first and self.in_flight[device] >= self.cap[device]:
+            return False
+        remaining = self.remaining[device]
+        if remaining is not None:
+            older = remaining.before(op.microbatch)
+            return self._fits(device, self.problem.allocated_by(OpKind.F, op.stage) + older)
+        return not first or self._fits(device, self.per_microbatch[device])
 
     def _pick(self, device: int, now: float) -> Op | None:
         """The preferred ready op of the first kind in priority order that may run, taken off its heap.
 
-        Only a forward on the device's first stage can be held back (by memory or the in-flight cap), and it
-        sorts after every other forward, so the top of each heap decides."""
+        Only forwards can be held back (by memory or the in-flight cap). With reservations only the one on the
+        device's first stage can, and it sorts after every other forward, so the top of each heap decides; by
+        age any forward can, so the forwards are looked at in preference order."""
         self._admit_arrivals(device, now)
         for kind in self.priority:
             heap = self.ready[device][kind]
-            if heap and self._admissible(device, heap[0][1]):
-                return heapq.heappop(heap)[1]
+            if not heap:
+                continue
+            if kind is not OpKind.F or not self.by_age:
+                if self._admissible(device, heap[0][1]):
+                    return heapq.heappop(heap)[1]
+                continue
+            held = []
+            chosen = None
+            while heap:
+                entry = heapq.heappop(heap)
+                if self._admissible(device, entry[1]):
+                    chosen = entry[1]
+                    break
+                held.append(entry)
+            for entry in held:
+                heapq.heappush(heap, entry)
+            if chosen is not None:
+                return chosen
         return None
 
     def _start(self, device: int, op: Op, now: float) -> float:
@@ -131,8 +216,14 @@ class _ListScheduler:
         self.orders[device].append(op)
         self.free_at[device] = end
         s = op.stage
+        remaining = self.remaining[device]
+        if op.kind is OpKind.F and remaining is not None:
+            allocated = problem.allocated_by(OpKind.F, s)
+            self.committed[device] += allocated
+            remaining.add(op.microbatch, -allocated)
         if op.kind is OpKind.F and s == self.first_stage[device]:
-            self.committed[device] += self.per_microbatch[device]
+            if remaining is None:
+                self.committed[device] += self.per_microbatch[device]
             self.in_flight[device] += 1
         elif op.kind is not OpKind.F:
             heapq.heappush(self.releases[device], (end, problem.released_by(op.kind, s)))
@@ -196,6 +287,6 @@ def greedy_schedule(problem: Problem, rule: GreedyRule = GreedyRule(),
 
 
 def greedy_schedules(problem: Problem) -> list[Schedule]:
-    """Every variant of :data:`RULES` that completes."""
-    found = (greedy_schedule(problem, rule) for rule in RULES)
+    """Every variant of :func:`rules_for` the problem that completes."""
+    found = (greedy_schedule(problem, rule) for rule in rules_for(problem))
     return [schedule for schedule in found if schedule is not None]
