@@ -796,10 +796,12 @@ def presets_cmd(study: str | None) -> None:
                 click.echo(f"  {key}: {value}")
         return
     click.echo("models:")
+    width = max(len(name) for name in model_presets())
     for name in model_presets():
         m = load_model(name)
-        click.echo(f"  {name:14s} {m.num_params / 1e9:6.1f}B params, {m.num_layers} layers, hidden {m.hidden_size}, "
-                   f"{m.num_attention_heads} heads ({m.num_kv_heads} KV), vocab {m.vocab_size}")
+        click.echo(f"  {name:{width}s} {m.num_params / 1e9:6.1f}B params, {m.num_layers} layers, "
+                   f"hidden {m.hidden_size}, {m.num_attention_heads} heads ({m.num_kv_heads} KV), "
+                   f"vocab {m.vocab_size}")
     click.echo("hardware:")
     for name in hardware_presets():
         h = load_hardware(name)

@@ -31,9 +31,13 @@ def main() -> None:
     steps.to_csv(STEP_OUT, index=False, float_format="%.4g")
     shown = steps.assign(error=(100 * steps["error"]).round(1))
     print("step time")
-    print(shown[["run", "role", "gpu", "predicted_step_s", "published_step_s", "error", "predicted_mfu",
+    print(shown[["run", "role", "gpu", "trainer", "predicted_step_s", "published_step_s", "error", "predicted_mfu",
                  "predicted_memory_gib", "fits"]].to_string(index=False))
     _summary(steps)
+    checks = steps[steps["role"] == "check"]
+    for (gpu, trainer), part in checks.groupby(["gpu", "trainer"], sort=False):
+        print(f"  check on {gpu}, {trainer}: mean absolute error {100 * part['error'].abs().mean():.1f} % over "
+              f"{len(part)} runs")
     print(f"wrote {STEP_OUT}\n")
 
     memory = pd.DataFrame(memory_validation_rows())

@@ -130,7 +130,8 @@ def test_presets_lists_every_model_and_gpu(capsys: pytest.CaptureFixture[str]) -
     code, stdout, _ = run(capsys, "presets")
     assert code == 0
     for name in ("gpt3-175b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b", "llama3.1-70b",
-                 "llama3.1-405b", "a100-40gb", "a100-80gb", "h100-80gb", "h200", "b200", "mi300x"):
+                 "llama3.1-405b", "nemotron-4-15b", "nemotron-4-340b", "a100-40gb", "a100-80gb", "h100-80gb",
+                 "h200", "b200", "mi300x"):
         assert f"  {name} " in stdout
     assert "405.8B params" in stdout and "989 TFLOP/s bf16" in stdout
 

@@ -24,9 +24,26 @@ from pipeplan.sizing.models import load_model
 from pipeplan.sizing.setup import Setup
 
 KORTHIKANTI = ("Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models, Tables 3 "
-               "and 4 (Megatron-LM on Selene, A100 80GB, seq 2048, vocabulary 51200)")
+               "(setups) and 5 (iteration times): Megatron-LM on Selene, A100 80GB, seq 2048, vocabulary 51200, no "
+               "data parallelism, interleaved 1F1B with 3 chunks per device for 175B and 530B")
 LLAMA3 = ("Llama Team 2024, The Llama 3 Herd of Models, Table 4 (405B on H100 80GB, seq 8192, 16M tokens per "
           "step; Meta's own 4D-parallel trainer, not Megatron-LM)")
+DGXC = ("NVIDIA DGX Cloud benchmarking recipes, github.com/NVIDIA/dgxc-benchmarking: NeMo on Megatron-Core, "
+        "H100 80GB SXM, BF16, context parallel 1, 'Training step time (seconds per step)'")
+"""Where the H100 Megatron-Core rows come from and what is assumed.
+
+The result tables give the parallel sizes, microbatch, batch and step time; they do not state recompute or
+sequence parallelism. The recipes' launch configurations in the same repository do: at commit
+8f5cbb3799ea8cc031ed2c2cee1cbdbc15b240ad, which holds the same three tables with the same step times,
+``nemo_megatron/gpt3_175b_hydra.yaml``, ``nemotron/nemotron4-15b-synth.yaml`` and
+``nemotron/nemotron4-340b-synth.yaml`` set sequence parallelism on (``nemotron/configure.sh`` forces it on
+too), no recompute for GPT-3 175B and Nemotron-4 15B and selective recompute for Nemotron-4 340B (with a fused
+attention kernel, selective costs the same as none in this model: only the scores would be recomputed),
+Transformer Engine with fused attention, and the distributed optimizer with the gradient sync overlapped. That
+these files are the configuration behind the published step times is an assumption. The Nemotron-4 15B row
+with TP 2 comes from the NeMo 2.0 version of the recipe (NeMo 25.04), whose configuration was not read:
+sequence parallel on and no recompute are assumed for it. Not modelled: the recipes' overlap of tensor-parallel
+collectives with GEMMs, bf16 gradient reduction, and the 340B recipe's bf16 optimizer state."""
 
 
 def _gpt(num_layers: int, hidden_size: int, heads: int) -> dict[str, Any]:
@@ -41,6 +58,8 @@ class Run:
     name: str
     role: str
     """'calibration' (used to fit the efficiencies) or 'check'."""
+    trainer: str
+    """The training framework that ran it (the table groups rows by it)."""
     source: str
     published_step_s: float | None
     """Seconds per optimizer step as published (None: derived from ``published_tflops_per_gpu``)."""
@@ -51,13 +70,14 @@ class Run:
 
 
 def _korthikanti(name: str, model: dict[str, Any], pipeline: int, batch: int, microbatch: int, selective: bool,
-                 step: float, role: str) -> Run:
+                 step: float, role: str, chunks: int = 1) -> Run:
     settings = {"model": model, "hardware": "a100-80gb", "tensor_parallel": 8, "pipeline_parallel": pipeline,
                 "data_parallel": 1, "microbatch_size": microbatch, "global_batch_size": batch, "seq_len": 2048,
                 "recompute": "selective" if selective else "full", "sequence_parallel": selective,
-                "flash_attention": False, "distributed_optimizer": False, "schedule": "1f1b"}
+                "flash_attention": False, "distributed_optimizer": False,
+                "schedule": "interleaved-1f1b" if chunks > 1 else "1f1b", "num_chunks": chunks}
     mode = "sequence parallel + selective recompute" if selective else "tensor parallel + full recompute"
-    return Run(f"{name}, {mode}", role, KORTHIKANTI, step, settings)
+    return Run(f"{name}, {mode}", role, "Megatron-LM", KORTHIKANTI, step, settings)
 
 
 def _llama3(data_parallel: int, tflops: float) -> Run:
@@ -65,21 +85,56 @@ def _llama3(data_parallel: int, tflops: float) -> Run:
                 "data_parallel": data_parallel, "microbatch_size": 1, "global_batch_size": 2048, "seq_len": 8192,
                 "recompute": "selective", "sequence_parallel": True, "flash_attention": True,
                 "distributed_optimizer": True, "schedule": "interleaved-1f1b", "num_chunks": 2, "balanced": True}
-    return Run(f"Llama 3 405B, {8 * 16 * data_parallel} GPUs (TP 8, PP 16, DP {data_parallel})", "check", LLAMA3,
-               None, settings, published_tflops_per_gpu=tflops,
+    return Run(f"Llama 3 405B, {8 * 16 * data_parallel} GPUs (TP 8, PP 16, DP {data_parallel})", "check",
+               "Meta's trainer", LLAMA3, None, settings, published_tflops_per_gpu=tflops,
                note="step time implied by the published TFLOP/s per GPU under Megatron-LM's FLOP count; schedule "
                     "modelled as interleaved 1F1B with 2 chunks, first and last stage one layer short")
 
 
+def _dgxc(name: str, where: str, model: object, tensor: int, pipeline: int, chunks: int, num_gpus: int,
+          microbatch: int, batch: int, seq_len: int, recompute: str, step: float, note: str = "") -> Run:
+    data = num_gpus // (tensor * pipeline)
+    settings = {"model": model, "hardware": "h100-80gb", "tensor_parallel": tensor, "pipeline_parallel": pipeline,
+                "data_parallel": data, "microbatch_size": microbatch, "global_batch_size": batch,
+                "seq_len": seq_len, "recompute": recompute, "sequence_parallel": True, "flash_attention": True,
+                "distributed_optimizer": True, "schedule": "interleaved-1f1b" if chunks > 1 else "1f1b",
+                "num_chunks": chunks}
+    layout = f"TP {tensor}" + (f" PP {pipeline} ({chunks} chunks)" if pipeline > 1 else "") + f" DP {data}"
+    return Run(f"{name}, {layout}, {num_gpus:,} GPUs", "check", "NeMo (Megatron-Core)", f"{DGXC}; {where}", step,
+               settings, note=note)
+
+
+GPT3_DGXC = "nemo_megatron/README_175b.md at commit 0b71cfda5163540778e2a3d2db59858bf62f96f7"
+N340_DGXC = ("nemotron/README_340b.md at commit 143b90dd91f9be958fed4773ae95d941a3356a82 (recipe release 24.11, "
+             "NeMo 24.09 container)")
+N15_DGXC = "nemotron/README_15b.md at commit 0b71cfda5163540778e2a3d2db59858bf62f96f7"
+N15_DGXC_2504 = "nemotron/README.md at commit 1f6d9f40e4117d7c71b726f86074ac01c29f87f5 (NeMo 25.04)"
+ASSUMED = ("recompute and sequence parallelism are not in the result table: taken from the recipe's launch "
+           "configuration (see DGXC)")
+
 RUNS: tuple[Run, ...] = (
     _korthikanti("22B", _gpt(48, 6144, 64), 1, 4, 4, True, 1.10, "calibration"),
-    _korthikanti("175B", _gpt(96, 12288, 96), 8, 64, 1, True, 13.75, "check"),
-    _korthikanti("530B", _gpt(105, 20480, 128), 35, 280, 1, True, 37.83, "check"),
+    _korthikanti("175B", _gpt(96, 12288, 96), 8, 64, 1, True, 13.75, "check", chunks=3),
+    _korthikanti("530B", _gpt(105, 20480, 128), 35, 280, 1, True, 37.83, "check", chunks=3),
     _korthikanti("1T", _gpt(128, 25600, 160), 64, 512, 1, True, 71.49, "calibration"),
     _korthikanti("22B", _gpt(48, 6144, 64), 1, 4, 4, False, 1.42, "check"),
-    _korthikanti("175B", _gpt(96, 12288, 96), 8, 64, 1, False, 18.13, "check"),
-    _korthikanti("530B", _gpt(105, 20480, 128), 35, 280, 1, False, 49.05, "check"),
+    _korthikanti("175B", _gpt(96, 12288, 96), 8, 64, 1, False, 18.13, "check", chunks=3),
+    _korthikanti("530B", _gpt(105, 20480, 128), 35, 280, 1, False, 49.05, "check", chunks=3),
     _korthikanti("1T", _gpt(128, 25600, 160), 64, 512, 1, False, 94.42, "check"),
+    # GPT-3 175B: GBS = 2 x GPUs, 64 microbatches per pipeline.
+    *(_dgxc("GPT-3 175B", GPT3_DGXC, _gpt(96, 12288, 96), 4, 8, 12, gpus, 1, 2 * gpus, 2048, "none", step,
+            ASSUMED)
+      for gpus, step in zip((128, 256, 512, 1024, 2048), (8.309, 8.408, 8.42, 8.453, 8.49))),
+    # Nemotron-4 340B: 16 microbatches per pipeline (GBS = 16 x DP).
+    *(_dgxc("Nemotron-4 340B", N340_DGXC, "nemotron-4-340b", 8, 8, 12, gpus, 1, 16 * gpus // 64, 4096,
+            "selective", step, ASSUMED)
+      for gpus, step in zip((128, 256, 512, 1024, 2048), (4.61, 4.67, 4.7, 4.73, 4.84))),
+    # Nemotron-4 15B: microbatch 4, 4 microbatches per replica (GBS = 4 x GPUs).
+    *(_dgxc("Nemotron-4 15B", N15_DGXC, "nemotron-4-15b", 4, 1, 1, gpus, 4, 4 * gpus, 4096, "none", step, ASSUMED)
+      for gpus, step in zip((16, 32, 64, 128, 256, 512, 1024, 2048),
+                            (2.812, 2.824, 2.845, 2.859, 2.852, 2.875, 2.895, 2.887))),
+    _dgxc("Nemotron-4 15B (NeMo 25.04)", N15_DGXC_2504, "nemotron-4-15b", 2, 1, 1, 16, 2, 64, 4096, "none", 2.746,
+          "recompute and sequence parallelism assumed (the NeMo 2.0 recipe's configuration was not read)"),
     _llama3(64, 430.0),
     _llama3(128, 400.0),
 )
@@ -105,7 +160,7 @@ def validation_rows() -> list[dict[str, Any]]:
         result = estimate(**run.settings)
         published = published_step(run)
         rows.append({
-            "run": run.name, "role": run.role, "gpu": run.settings["hardware"],
+            "run": run.name, "role": run.role, "trainer": run.trainer, "gpu": run.settings["hardware"],
             "predicted_step_s": result["step_time_s"], "published_step_s": published,
             "error": result["step_time_s"] / published - 1.0, "predicted_mfu": result["mfu"],
             "predicted_memory_gib": result["memory_gib"], "fits": result["fits"], "source": run.source,
