@@ -110,17 +110,25 @@ def _memory_chain(problem: Problem, stage: int, in_flight: int, window: float) -
     F(m + k) cannot start before B(m) ends, and B(m) not before a round trip after F(m) starts.
 
     (Were B(m) still running or waiting, microbatches m .. m+k-1 would all hold their activation.) If even
-    k weight activations and one activation overflow the budget, F(m + k) also waits for W(m). So F(N-1)
-    starts at least r F + q (trip + B [+ W]) after F(0), with N - 1 = q k + r, and the device still runs its
-    B and W after another trip.
+    k weight activations and one activation overflow the budget, F(m + k) also waits for W(m) (were W(m)
+    pending, so would W(m+1) .. W(m+k-1), each kind running in microbatch order). Otherwise, if k activations
+    and one weight activation overflow it, F(m + k) waits for W(m) or for B(m + 1), both after B(m): were
+    W(m) pending and B(m + 1) not ended, neither would B(m+2) .. B(m+k-1) have, so m+1 .. m+k would hold k
+    activations beside W(m)'s share. So each step also takes min(W, B) more. Then F(N-1) starts at least
+    r F + q (trip + B + that extra) after F(0), with N - 1 = q k + r, and the device still runs its B and W
+    after another trip.
     """
     f, b, w = (problem.forward[stage], problem.backward[stage],
                problem.backward_weight[stage])
     step = window + b
     budget = problem.budget
-    held = in_flight * problem.weight_activation[stage] + problem.activation[stage]
-    if problem.split_backward and budget is not None and held > budget[problem.device_of(stage)] * (1 + _EPS):
-        step += w
+    act, wact = problem.activation[stage], problem.weight_activation[stage]
+    if problem.split_backward and budget is not None:
+        room = budget[problem.device_of(stage)] * (1 + _EPS)
+        if in_flight * wact + act > room:
+            step += w
+        elif in_flight * act + wact > room:
+            step += min(w, b)
     q, r = divmod(problem.num_microbatches - 1, in_flight)
     return r * f + q * step + window + b + w
 

@@ -29,6 +29,7 @@ from pipeplan.bounds import (
 from pipeplan.schedules import generate_applicable
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.schedules.greedy import greedy_schedules
+from pipeplan.solver import solve
 
 EPS = 1e-9
 
@@ -118,6 +119,19 @@ def test_one_activation_of_room_makes_the_memory_chain_tight() -> None:
     # GPipe one microbatch at a time fits and reaches it, so the bound is the optimum.
     one_at_a_time = compute_metrics(simulate(problem, gpipe_with_flush_size(problem, 1)))
     assert one_at_a_time.feasible and one_at_a_time.makespan == pytest.approx(12.0)
+
+
+def test_a_full_budget_makes_each_memory_chain_step_wait_for_a_w_or_the_next_b() -> None:
+    """P=4, N=16, F:B:W = 1:1:0.5, comm 0.03, weight_activation 0.35, room for 2 activations. On device 0 the
+    round trip is 4 F + 3 B + 6 links = 7.18. When F(m + 2) starts, m + 1 and m + 2 hold 2 activations, so W(m)'s
+    0.35 must be gone, or B(m + 1) must have ended: either way F(m + 2) starts at least min(W, B) = 0.5 after
+    B(m) ends. N - 1 = 7 x 2 + 1: 1 F + 7 (7.18 + 1 + 0.5) + the last trip, B and W = 70.44 (66.94 without the
+    wait). CP-SAT proves the optimum 74.58 (a greedy warm start reaches it)."""
+    problem = Problem.build(num_stages=4, num_microbatches=16, forward=1.0, backward=1.0, backward_weight=0.5,
+                            comm=0.03, weight_activation=0.35, budget=2)
+    assert makespan_lower_bound(problem) == pytest.approx(70.44)
+    result = solve(problem, objective="makespan", time_limit_s=30, num_workers=2)
+    assert result.status == OPTIMAL and result.objective == pytest.approx(74.58)
 
 
 @st.composite
