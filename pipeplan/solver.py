@@ -31,7 +31,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from pipeplan import lns, schedules
+from pipeplan import lns, schedules, spacing
 from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
@@ -69,6 +69,10 @@ MAX_MODEL_OPS = 100_000
 # prove its answer optimal, a neighbourhood search around its best schedule (:mod:`pipeplan.lns`) runs for the
 # rest. With few workers CP-SAT runs no neighbourhood search of its own and creeps where memory binds.
 SEARCH_SHARE = 0.5
+
+# The share of the time left after the warm starts that the window bound (:mod:`pipeplan.spacing`) may take
+# when the budget binds and the best warm start does not meet the closed-form bound.
+SPACING_SHARE = 0.2
 
 
 class StopRequest:
@@ -410,6 +414,10 @@ class _Model:
         self.model.minimize(obj)
         return obj
 
+    def add_lower_bound(self, ticks: float) -> None:
+        """A proven lower bound on the objective (ticks), e.g. the window bound: the search need not look below."""
+        self.model.add(self.objective >= math.ceil(ticks - _EPS))
+
     def add_hint(self, timeline: Timeline) -> None:
         """Start the search from a replayed schedule (in ticks): every op's start, every live interval's length
         and the objective, so that CP-SAT has a complete solution to begin from."""
@@ -503,11 +511,21 @@ def solve(
     if progress is not None:
         progress(Progress(time.monotonic() - started, best.objective, bound))
     skip = _reason_not_to_search(problem, best, bound, deadline, stop)
+    window_ticks = 0.0
+    if not skip:
+        window_ticks = _window_bound(ticked, settings, deadline, stop)
+        if window_ticks / time_scale > bound:
+            log.info("window bound %s above the closed-form bound %s", window_ticks / time_scale, bound)
+            bound = window_ticks / time_scale
+            if progress is not None:
+                progress(Progress(time.monotonic() - started, best.objective, bound))
+            skip = _reason_not_to_search(problem, best, bound, deadline, stop)
     if skip:
         log.info("no CP-SAT search: %s", skip)
         return answer.result(best.schedule, best.schedule.name, bound, search=skip, stop=stop)
 
     model = _Model(ticked, settings.objective, _horizon(ticked, best.schedule, settings.objective))
+    model.add_lower_bound(window_ticks)
     model.add_hint(simulate(ticked, best.schedule))
     solver = _solver(settings, _search_deadline(deadline))
     if progress is not None:
@@ -539,6 +557,15 @@ def solve(
         if found_metrics.feasible and found_value < value * (1 - _EPS):
             chosen, source, raw = found, "lns", None
     return answer.result(chosen, source, bound, search=name, stop=stop, raw=raw)
+
+
+def _window_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None) -> float:
+    """The window bound of :mod:`pipeplan.spacing` in ticks, within :data:`SPACING_SHARE` of the time left."""
+    now = time.monotonic()
+    return spacing.spacing_bound(
+        ticked, now + SPACING_SHARE * max(0.0, deadline - now), num_workers=int(settings.num_workers),
+        seed=int(settings.random_seed), should_stop=lambda: stop is not None and stop.requested,
+    )
 
 
 def _search_deadline(deadline: float) -> float:

@@ -1,0 +1,145 @@
+"""A lower bound from small exact problems: how far apart a tight budget forces the forwards of the first stage.
+
+The closed-form bounds of :mod:`pipeplan.bounds` see one device and one chain at a time. Where memory binds, a
+schedule also loses time to collisions: a new microbatch's forward and an older one's backward arriving at the
+same device, a device that must run a W before the next forward fits. This module measures those losses
+exactly on a few microbatches and chains the result over all N.
+
+**The window relaxation.** For j >= 1 let delta_j be the least time from the start of F(0, m) to the start of
+F(0, m + j) over all schedules of microbatches m .. m + j *alone*: every op of those j + 1 microbatches with
+its durations, dependencies and link latencies, no overlap per device, the activation budget per device
+counting only their memory, and each kind on each stage in microbatch order. Microbatches are interchangeable,
+so delta_j does not depend on m. In any schedule of the whole problem within the budget whose kinds run in
+microbatch order on every stage (some optimal schedule does: see ``_Model._add_symmetry`` in
+:mod:`pipeplan.solver`), the ops of microbatches m .. m + j form such a schedule: dropping the other
+microbatches' ops only removes device time and memory, never adds constraints. So F(0, m + j) starts at least
+delta_j after F(0, m), for every m and j.
+
+**Chaining.** Splitting N - 1 into parts j_1 + j_2 + ... gives F(0, N - 1) >= F(0, 0) + sum delta_{j_i}; the
+best split is a small dynamic programme, L(x) = max over j of delta_j + L(x - j). After F(0, N - 1) starts,
+microbatch N - 1 still runs its forwards up the pipeline, its backwards down to stage 0 with a link latency
+each way between devices, and W(0, N - 1): the round trip, B(0) and W(0). F(0, 0) starts at 0 or later, so
+the makespan is at least L(N - 1) + that tail. So is the stage span: device 0's first op is F(0, 0) (every op
+on device 0 follows it) and W(0, N - 1) is one of its ops.
+
+**Solving.** delta_j comes from a CP-SAT model of j + 1 microbatches with F(0, m) fixed at 0; when a solve
+stops early its proven bound is used (it is a valid lower bound on delta_j), so the result is a theorem
+whatever the time limit. Windows grow from j = 1 while time is left; the bound only improves with each.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from ortools.sat.python import cp_model
+
+from pipeplan.problem import Op, OpKind, Problem
+
+# Seconds one window's model may take at most.
+WINDOW_LIMIT_S = 2.0
+# The largest window (microbatches after the first) tried.
+MAX_WINDOW = 24
+# The most ops a window's model may have.
+MAX_WINDOW_OPS = 5_000
+
+
+def window_spacing(ticked: Problem, j: int, time_limit_s: float, num_workers: int = 1, seed: int = 0) -> int:
+    """A proven lower bound on delta_j (in ticks) for the ticked problem: the least time from F(0, 0) to
+    F(0, j) when microbatches 0 .. j run alone (exact when CP-SAT finishes within ``time_limit_s``)."""
+    if j < 1:
+        raise ValueError("the window must hold at least two microbatches")
+    problem = ticked
+    count = j + 1
+    model = cp_model.CpModel()
+    horizon = int(math.ceil(problem.total_time())) * count + 1
+    ops = [problem.op(kind, s, m) for m in range(count) for s in range(problem.num_model_stages)
+           for kind in problem.kinds]
+    start: dict[Op, cp_model.IntVar] = {op: model.new_int_var(0, horizon, "") for op in ops}
+    length = {op: int(problem.duration(op)) for op in ops}
+    for op in ops:
+        for dep, lag in problem.dependencies(op):
+            model.add(start[op] >= start[dep] + length[dep] + int(lag))
+    for s in range(problem.num_model_stages):
+        for kind in problem.kinds:
+            for m in range(count - 1):
+                before, after = problem.op(kind, s, m), problem.op(kind, s, m + 1)
+                model.add(start[after] >= start[before] + length[before])
+    for d in range(problem.num_devices):
+        on_device = [op for op in ops if problem.device_of(op.stage) == d]
+        model.add_no_overlap([model.new_fixed_size_interval_var(start[op], length[op], "") for op in on_device])
+        _add_budget(model, problem, d, count, start, length, horizon)
+    first, last = problem.op(OpKind.F, 0, 0), problem.op(OpKind.F, 0, j)
+    model.add(start[first] == 0)
+    model.minimize(start[last])
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+    solver.parameters.num_workers = num_workers
+    solver.parameters.random_seed = seed
+    # Ctrl-C is the caller's: a window takes at most WINDOW_LIMIT_S, so its handler runs that soon.
+    solver.parameters.catch_sigint_signal = False
+    status = solver.solve(model)
+    # The forwards on stage 0 alone are j apart: a floor that holds even when CP-SAT proved nothing.
+    floor = j * length[first]
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return max(floor, int(math.ceil(solver.best_objective_bound - 1e-6)))
+    return floor
+
+
+def _add_budget(model: cp_model.CpModel, problem: Problem, device: int, count: int,
+                start: dict[Op, cp_model.IntVar], length: dict[Op, int], horizon: int) -> None:
+    """The budget of ``device`` over the window's microbatches (memory rules of :class:`Problem`)."""
+    budget = problem.budget
+    if budget is None:
+        return
+    intervals, demands = [], []
+    for s in problem.stages_on_device(device):
+        for m in range(count):
+            opens = start[problem.op(OpKind.F, s, m)]
+            for kind in problem.kinds[1:]:
+                demand = int(problem.released_by(kind, s))
+                if demand <= 0:
+                    continue
+                closes = problem.op(kind, s, m)
+                size = model.new_int_var(0, horizon, "")
+                intervals.append(model.new_interval_var(opens, size, start[closes] + length[closes], ""))
+                demands.append(demand)
+    if sum(demands) > budget[device]:
+        model.add_cumulative(intervals, demands, int(budget[device]))
+
+
+def tail(problem: Problem) -> float:
+    """From the start of F(0, N-1): its forwards up, backwards down to stage 0, the links between, W(0, N-1)."""
+    last = problem.num_model_stages - 1
+    total = sum(problem.forward) + sum(problem.backward) + problem.backward_weight[0]
+    return total + 2 * sum(problem.link_latency(s) for s in range(last))
+
+
+def chain(deltas: dict[int, int], gaps: int) -> int:
+    """The least F(0, N-1) - F(0, 0) the window bounds imply, N - 1 = ``gaps``: max over splits of N - 1 into
+    window sizes of the sum of their deltas (a dynamic programme)."""
+    best = [0] * (gaps + 1)
+    for x in range(1, gaps + 1):
+        best[x] = max(delta + best[x - j] for j, delta in deltas.items() if j <= x)
+    return best[gaps]
+
+
+def spacing_bound(ticked: Problem, deadline: float, num_workers: int = 1, seed: int = 0,
+                  should_stop: Callable[[], bool] = lambda: False) -> float:
+    """A lower bound (ticks) on the makespan and on the stage span of the ticked problem from windows of
+    growing size, solved until ``deadline`` (time.monotonic()) or a stop; 0 when memory cannot bind (no
+    budget, or one that holds every microbatch) or the windows would be too large to build."""
+    problem = ticked
+    n = problem.num_microbatches
+    budget = problem.budget
+    if n < 2 or budget is None or all(n * problem.footprint(d) <= b for d, b in enumerate(budget)):
+        return 0.0
+    per_microbatch = problem.num_model_stages * len(problem.kinds)
+    deltas: dict[int, int] = {1: int(problem.forward[0])}
+    for j in range(1, min(n - 1, MAX_WINDOW) + 1):
+        left = deadline - time.monotonic()
+        if left < 0.05 or should_stop() or (j + 1) * per_microbatch > MAX_WINDOW_OPS:
+            break
+        deltas[j] = window_spacing(problem, j, min(WINDOW_LIMIT_S, left), num_workers, seed)
+    return float(chain(deltas, n - 1)) + tail(problem)

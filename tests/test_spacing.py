@@ -1,0 +1,129 @@
+"""The window bound (pipeplan.spacing): hand-derived windows, the chaining, and the bound against every feasible
+order of tiny problems and against optima that CP-SAT proves without it on small random ones."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from exhaustive import feasible_timelines, per_stage_problem, tiny_chunk_problems, tiny_problems, value_of
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ortools.sat.python import cp_model
+
+from pipeplan import Problem
+from pipeplan.bounds import makespan_lower_bound
+from pipeplan.solver import OPTIMAL, _Model, solve, tick_problem
+from pipeplan.spacing import chain, spacing_bound, tail, window_spacing
+
+EPS = 1e-9
+
+
+def family(p: int, n: int, budget: float) -> Problem:
+    """F:B:W = 1 : 1 : 0.5, comm 0.03, weight_activation 0.35 (the benchmark's split-backward family)."""
+    return Problem.build(num_stages=p, num_microbatches=n, forward=1.0, backward=1.0, backward_weight=0.5,
+                         comm=0.03, weight_activation=0.35, budget=budget)
+
+
+def test_windows_measure_the_memory_chain_on_one_chunk() -> None:
+    """P=4, room for 2 activations. Two microbatches fit: F(0, 1) follows F(0, 0) by one F. A third needs the
+    first's B(0) to end, a round trip (4 F + 3 B + 6 links = 7.18) plus B after F(0, 0) starts, and W(0, 0)'s
+    share to be gone or B(0, 1) to have ended, another min(W, B) = 0.5: 8.68 (in ticks of 0.01)."""
+    ticked, scale, exact = tick_problem(family(4, 16, 2))
+    assert exact and scale == 100
+    assert window_spacing(ticked, 1, 10) == 100
+    assert window_spacing(ticked, 2, 10) == 868
+
+
+def test_window_at_one_microbatch_in_v_sees_the_turn() -> None:
+    """P=4, 2 chunks in V, room for one microbatch (both chunks, 0.5 each). Microbatch 1 may enter device 0
+    once microbatch 0 no longer needs that room: after F(7, 0) (3.5 of forwards and 6 links), B(7, 0) and
+    W(7, 0) (0.5 + 0.5 + 0.25): 4.93. Two apart it is more than twice that: at the turn (device 3 holds stages
+    3 and 4) microbatch 1's forwards meet microbatch 0's backwards."""
+    ticked, scale, _ = tick_problem(family(4, 12, 1).with_layout(2, "v"))
+    one = window_spacing(ticked, 1, 10)
+    assert one == round(4.93 * scale)
+    assert window_spacing(ticked, 2, 10) > 2 * one
+
+
+def test_chain_takes_the_best_split() -> None:
+    # 5 gaps with windows of 1 (1 apart) and 2 (5 apart): 2 + 2 + 1 gives 11.
+    assert chain({1: 1, 2: 5}, 5) == 11
+    assert chain({1: 3, 2: 5}, 4) == 12
+    assert chain({1: 1}, 0) == 0
+
+
+def test_no_bound_where_memory_cannot_bind() -> None:
+    assert spacing_bound(tick_problem(family(4, 8, 32))[0], time.monotonic() + 5) == 0.0
+    unlimited = Problem.build(num_stages=4, num_microbatches=8, forward=1.0, backward=1.0)
+    assert spacing_bound(tick_problem(unlimited)[0], time.monotonic() + 5) == 0.0
+
+
+def _window_bound(problem: Problem) -> float:
+    ticked, scale, _ = tick_problem(problem)
+    return spacing_bound(ticked, time.monotonic() + 10, num_workers=1) / scale
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(tiny_problems(), tiny_chunk_problems()))
+def test_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem) -> None:
+    bound = _window_bound(problem)
+    for timeline in feasible_timelines(problem):
+        for objective in ("makespan", "stage_span"):
+            assert bound <= value_of(timeline, objective) + EPS
+
+
+costs = st.integers(min_value=1, max_value=8).map(lambda x: x / 4)
+
+
+@st.composite
+def small_problems(draw: st.DrawFn) -> Problem:
+    """P 2..3, N 3..5, 1 or 2 chunks (loop or V), split or not, uneven costs, a budget from one microbatch's
+    footprint to about two."""
+    p = draw(st.integers(2, 3))
+    n = draw(st.integers(3, 5))
+    chunks, placement = draw(st.sampled_from([(1, "loop"), (2, "loop"), (2, "v")]))
+    budget = st.integers(min_value=0, max_value=8).map(lambda x: x / 8)
+    return draw(per_stage_problem(p, n, draw(st.booleans()), costs, budget, chunks, placement))
+
+
+def _proven_optimum(problem: Problem, objective: str) -> float | None:
+    """The optimum CP-SAT proves on the solver's model, which knows the closed-form bounds but not the window
+    bound; None when it does not finish in time."""
+    ticked, scale, exact = tick_problem(problem)
+    assert exact
+    horizon = int(math.ceil(ticked.total_time() * ticked.num_microbatches))
+    model = _Model(ticked, objective, horizon)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = 2
+    solver.parameters.num_workers = 2
+    if solver.solve(model.model) != cp_model.OPTIMAL:
+        return None
+    return solver.objective_value / scale
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems(), st.sampled_from(["makespan", "stage_span"]))
+def test_bound_never_exceeds_an_optimum_proven_without_it(problem: Problem, objective: str) -> None:
+    optimum = _proven_optimum(problem, objective)
+    if optimum is not None:
+        assert _window_bound(problem) <= optimum + EPS
+
+
+def test_solver_reports_the_window_bound_where_it_is_stronger() -> None:
+    """P=4, N=12, V, room for one microbatch: the closed-form bound is 60.09; the first window alone gives
+    11 x 4.93 + the last microbatch's trip (8 F, 8 B, W(0), 12 links: 8.61) = 62.84."""
+    problem = family(4, 12, 1).with_layout(2, "v")
+    assert makespan_lower_bound(problem) == pytest.approx(60.09)
+    result = solve(problem, objective="makespan", time_limit_s=2, num_workers=2)
+    assert result.lower_bound >= 62.84 - 1e-9
+    assert result.lower_bound <= result.objective + 1e-9
+    if result.status == OPTIMAL:
+        assert result.objective == pytest.approx(result.lower_bound)
+
+
+def test_tail_is_the_last_microbatchs_trip() -> None:
+    problem = family(4, 12, 1).with_layout(2, "v")
+    # 8 forwards and 8 backwards of 0.5, W(0) 0.25, 6 links each way between the 4 devices.
+    assert tail(problem) == pytest.approx(8 * 0.5 + 8 * 0.5 + 0.25 + 12 * 0.03)
