@@ -24,7 +24,8 @@ on device 0 follows it) and W(0, N - 1) is one of its ops.
 
 **Solving.** delta_j comes from a CP-SAT model of j + 1 microbatches with F(0, m) fixed at 0; when a solve
 stops early its proven bound is used (it is a valid lower bound on delta_j), so the result is a theorem
-whatever the time limit. Windows grow from j = 1 while time is left; the bound only improves with each.
+whatever the time limit. Windows grow from the smallest j whose j + 1 microbatches overflow some device's
+budget (below it delta_j is j F(0)) while time is left; the bound only improves with each.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pipeplan.problem import Op, OpKind, Problem
 
 # Seconds one window's model may take at most.
 WINDOW_LIMIT_S = 2.0
-# The largest window (microbatches after the first) tried.
+# The most windows tried, from the smallest that memory constrains.
 MAX_WINDOW = 24
 # The most ops a window's model may have.
 MAX_WINDOW_OPS = 5_000
@@ -136,8 +137,12 @@ def spacing_bound(ticked: Problem, deadline: float, num_workers: int = 1, seed: 
     if n < 2 or budget is None or all(n * problem.footprint(d) <= b for d, b in enumerate(budget)):
         return 0.0
     per_microbatch = problem.num_model_stages * len(problem.kinds)
+    # While j + 1 microbatches fit every device's budget, a schedule of them alone may run their forwards on
+    # stage 0 back to back (nothing else needs stage 0's device first): delta_j = j F(0), which the chain
+    # already counts through delta_1. Windows start where memory binds.
+    fits = min(int(b // problem.footprint(d)) if problem.footprint(d) > 0 else n for d, b in enumerate(budget))
     deltas: dict[int, int] = {1: int(problem.forward[0])}
-    for j in range(1, min(n - 1, MAX_WINDOW) + 1):
+    for j in range(max(1, fits), min(n - 1, max(1, fits) + MAX_WINDOW - 1) + 1):
         left = deadline - time.monotonic()
         if left < 0.05 or should_stop() or (j + 1) * per_microbatch > MAX_WINDOW_OPS:
             break
