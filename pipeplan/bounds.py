@@ -68,7 +68,7 @@ def _first_forward_time(problem: Problem) -> list[float]:
     return starts
 
 
-def _round_trips(problem: Problem) -> list[float]:
+def round_trips(problem: Problem) -> list[float]:
     """Per model stage s, the least time from the start of F(s, m) to the start of B(s, m): the forwards from s
     up to the last stage, then the backwards down to s + 1, with a link latency each way between devices.
     Accumulated from the last stage down, so all stages cost one pass."""
@@ -247,7 +247,7 @@ def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
     :mod:`pipeplan.solver`).
     """
     head = _first_forward_time(problem)
-    trips = _round_trips(problem)
+    trips = round_trips(problem)
     n = problem.num_microbatches
     bounds = []
     for d in range(problem.num_devices):

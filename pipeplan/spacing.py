@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
+from pipeplan.bounds import round_trips
 from pipeplan.problem import Op, OpKind, Problem
 
 # Seconds one window's model may take at most.
@@ -111,10 +112,9 @@ def _add_budget(model: cp_model.CpModel, problem: Problem, device: int, count: i
 
 
 def tail(problem: Problem) -> float:
-    """From the start of F(0, N-1): its forwards up, backwards down to stage 0, the links between, W(0, N-1)."""
-    last = problem.num_model_stages - 1
-    total = sum(problem.forward) + sum(problem.backward) + problem.backward_weight[0]
-    return total + 2 * sum(problem.link_latency(s) for s in range(last))
+    """From the start of F(0, N-1): its forwards up, backwards down to stage 0, the links between, W(0, N-1):
+    stage 0's round trip (:func:`pipeplan.bounds.round_trips`), then B(0) and W(0)."""
+    return round_trips(problem)[0] + problem.backward[0] + problem.backward_weight[0]
 
 
 def chain(deltas: dict[int, int], gaps: int) -> int:
