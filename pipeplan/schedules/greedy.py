@@ -69,15 +69,9 @@ AGE_RULES: tuple[GreedyRule, ...] = tuple(
 )
 
 
-# Most microbatches the age-ordered rules run for: a held-back forward makes a pick scan the ready forwards
-# (O(N log N) per pick, quadratic overall; N=500 takes about 0.7 s per rule, N=2000 about 10 s).
-MAX_AGE_MICROBATCHES = 512
-
-
 def rules_for(problem: Problem) -> tuple[GreedyRule, ...]:
-    """The rules worth running on ``problem``: the age-ordered admission only matters with several chunks, and
-    runs up to :data:`MAX_AGE_MICROBATCHES` (its pick is quadratic in N)."""
-    if problem.num_chunks > 1 and problem.num_microbatches <= MAX_AGE_MICROBATCHES:
+    """The rules worth running on ``problem``: the age-ordered admission only matters with several chunks."""
+    if problem.num_chunks > 1:
         return RULES + AGE_RULES
     return RULES
 
@@ -118,7 +112,8 @@ class _ListScheduler:
     """State of one greedy run: ready ops, device clocks and live memory, all in the problem's units.
 
     Per device, ops wait in ``pending`` (a heap by the time their inputs arrive) until the clock reaches that
-    time, then move to one heap per kind ordered by the kind's preference, so each pick costs a logarithm.
+    time, then move to one heap per kind ordered by the kind's preference (forwards: one heap per stage, oldest
+    microbatch first), so each pick costs a logarithm.
     """
 
     def __init__(self, problem: Problem, rule: GreedyRule) -> None:
@@ -144,9 +139,14 @@ class _ListScheduler:
         self.free_at = [0.0] * problem.num_devices
         # pending[d]: heap of (ready time, sequence, op) of ops on device d whose dependency has ended.
         self.pending: list[list[tuple[float, int, Op]]] = [[] for _ in devices]
-        # ready[d][kind]: heap of (preference key, op) of ops on device d whose inputs have arrived.
+        # ready[d][kind]: heap of (preference key, op) of B and W ops on device d whose inputs have arrived.
         self.ready: list[dict[OpKind, list[tuple[tuple[int, int], Op]]]] = [
             {kind: [] for kind in OpKind} for _ in devices
+        ]
+        # forwards[d][stage]: heap of (microbatch, op) of the arrived forwards, stages highest first (the
+        # highest is closest to its backward).
+        self.forwards: list[dict[int, list[tuple[int, Op]]]] = [
+            {s: [] for s in sorted(problem.stages_on_device(d), reverse=True)} for d in devices
         ]
         self.sequence = itertools.count()
         # successors[op]: ops that wait for op; keyed by op.
@@ -168,10 +168,11 @@ class _ListScheduler:
         pending = self.pending[device]
         while pending and pending[0][0] <= now:
             _, _, op = heapq.heappop(pending)
-            # F: the highest stage first (it is closest to its backward), then the oldest microbatch;
-            # B and W: the oldest microbatch first, then the highest stage.
-            key = (-op.stage, op.microbatch) if op.kind is OpKind.F else (op.microbatch, -op.stage)
-            heapq.heappush(self.ready[device][op.kind], (key, op))
+            if op.kind is OpKind.F:
+                heapq.heappush(self.forwards[device][op.stage], (op.microbatch, op))
+            else:
+                # B and W: the oldest microbatch first, then the highest stage.
+                heapq.heappush(self.ready[device][op.kind], ((op.microbatch, -op.stage), op))
 
     def _fits(self, device: int, need: float) -> bool:
         budget = self.budget[device]
@@ -192,30 +193,20 @@ class _ListScheduler:
     def _pick(self, device: int, now: float) -> Op | None:
         """The preferred ready op of the first kind in priority order that may run, taken off its heap.
 
-        Only forwards can be held back (by memory or the in-flight cap). With reservations only the one on the
-        device's first stage can, and it sorts after every other forward, so the top of each heap decides; by
-        age any forward can, so the forwards are looked at in preference order."""
+        Forwards go by stage, highest first, then oldest microbatch. Only forwards can be held back (by memory or
+        the in-flight cap), and on one stage a held-back forward holds back every newer one: the cap does not
+        depend on the microbatch, and the memory an age-ordered admission keeps for older microbatches only
+        grows with age. So the oldest forward of each stage decides for its stage."""
         self._admit_arrivals(device, now)
         for kind in self.priority:
+            if kind is OpKind.F:
+                for heap in self.forwards[device].values():
+                    if heap and self._admissible(device, heap[0][1]):
+                        return heapq.heappop(heap)[1]
+                continue
             heap = self.ready[device][kind]
-            if not heap:
-                continue
-            if kind is not OpKind.F or not self.by_age:
-                if self._admissible(device, heap[0][1]):
-                    return heapq.heappop(heap)[1]
-                continue
-            held = []
-            chosen = None
-            while heap:
-                entry = heapq.heappop(heap)
-                if self._admissible(device, entry[1]):
-                    chosen = entry[1]
-                    break
-                held.append(entry)
-            for entry in held:
-                heapq.heappush(heap, entry)
-            if chosen is not None:
-                return chosen
+            if heap:
+                return heapq.heappop(heap)[1]
         return None
 
     def _start(self, device: int, op: Op, now: float) -> float:
