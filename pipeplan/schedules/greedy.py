@@ -200,13 +200,13 @@ class _ListScheduler:
         self._admit_arrivals(device, now)
         for kind in self.priority:
             if kind is OpKind.F:
-                for heap in self.forwards[device].values():
-                    if heap and self._admissible(device, heap[0][1]):
-                        return heapq.heappop(heap)[1]
+                for forwards in self.forwards[device].values():
+                    if forwards and self._admissible(device, forwards[0][1]):
+                        return heapq.heappop(forwards)[1]
                 continue
-            heap = self.ready[device][kind]
-            if heap:
-                return heapq.heappop(heap)[1]
+            ready = self.ready[device][kind]
+            if ready:
+                return heapq.heappop(ready)[1]
         return None
 
     def _start(self, device: int, op: Op, now: float) -> float:
