@@ -12,8 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
-from pipeplan import Problem
+from pipeplan import Problem, simulate
 from pipeplan.bounds import makespan_lower_bound
+from pipeplan.problem import OpKind
+from pipeplan.schedules.greedy import GreedyRule, greedy_schedule
 from pipeplan.solver import OPTIMAL, _Model, solve, tick_problem
 from pipeplan.spacing import chain, spacing_bound, tail, window_spacing
 
@@ -127,3 +129,18 @@ def test_tail_is_the_last_microbatchs_trip() -> None:
     problem = family(4, 12, 1).with_layout(2, "v")
     # 8 forwards and 8 backwards of 0.5, W(0) 0.25, 6 links each way between the 4 devices.
     assert tail(problem) == pytest.approx(8 * 0.5 + 8 * 0.5 + 0.25 + 12 * 0.03)
+
+
+def test_a_window_stopped_by_its_time_limit_still_gives_a_bound() -> None:
+    """P=4, N=8, 2 chunks in V, budget 2: the window of six microbatches is not solved in 10 ms. What comes back
+    must still be a lower bound: at least the floor of j forwards on stage 0, at most the spacing of a real
+    schedule of those microbatches alone (a greedy one, whose kinds run in microbatch order)."""
+    j = 5
+    ticked, _, _ = tick_problem(family(4, j + 1, 2).with_layout(2, "v"))
+    bound = window_spacing(ticked, j, 0.01)
+    schedule = greedy_schedule(ticked, GreedyRule("bfw", "budget", "age"))
+    assert schedule is not None
+    timeline = simulate(ticked, schedule)
+    start = dict(zip(timeline.ops, timeline.start))
+    spacing = start[ticked.op(OpKind.F, 0, j)] - start[ticked.op(OpKind.F, 0, 0)]
+    assert j * ticked.forward[0] <= bound <= spacing
