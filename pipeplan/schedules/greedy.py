@@ -141,7 +141,7 @@ class _ListScheduler:
         self.pending: list[list[tuple[float, int, Op]]] = [[] for _ in devices]
         # ready[d][kind]: heap of (preference key, op) of B and W ops on device d whose inputs have arrived.
         self.ready: list[dict[OpKind, list[tuple[tuple[int, int], Op]]]] = [
-            {kind: [] for kind in OpKind} for _ in devices
+            {kind: [] for kind in (OpKind.B, OpKind.W)} for _ in devices
         ]
         # forwards[d][stage]: heap of (microbatch, op) of the arrived forwards, stages highest first (the
         # highest is closest to its backward).
@@ -179,8 +179,7 @@ class _ListScheduler:
         return self.committed[device] + need <= budget * (1 + MEMORY_TOLERANCE) + MEMORY_TOLERANCE
 
     def _admissible(self, device: int, op: Op) -> bool:
-        if op.kind is not OpKind.F:
-            return True
+        """Whether forward ``op`` may start now (B and W always may)."""
         first = op.stage == self.first_stage[device]
         if first and self.in_flight[device] >= self.cap[device]:
             return False
