@@ -31,7 +31,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from pipeplan import lns, schedules, spacing
+from pipeplan import lns, periodic, schedules, spacing
 from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
@@ -259,13 +259,15 @@ class _Candidate:
 
 
 def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = (),
-                deadline: float = math.inf, stop: StopRequest | None = None) -> list[_Candidate]:
+                deadline: float = math.inf, stop: StopRequest | None = None,
+                ticked: Problem | None = None) -> list[_Candidate]:
     """Every feasible heuristic schedule (and every feasible ``extra`` one), replayed on ``problem``, best
     objective first; named schedules win ties.
 
     The named schedules, GPipe one microbatch at a time (which fits any budget that admits a schedule) and the
-    ``extra`` ones always run; the greedy list schedulers only while ``time.monotonic()`` is before ``deadline``
-    and no stop is requested.
+    ``extra`` ones always run; the greedy list schedulers and the periodic pattern (:mod:`pipeplan.periodic`)
+    only while ``time.monotonic()`` is before ``deadline`` and no stop is requested. ``ticked`` is the problem in
+    ticks (:func:`tick_problem`), computed when None.
     """
     found: list[tuple[Schedule, bool]] = [(s, True) for s in schedules.generate_applicable(problem)[0]]
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
@@ -277,6 +279,12 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
         greedy = greedy_schedule(problem, rule, deadline)
         if greedy is not None:
             found.append((greedy, False))
+    stopped = (lambda: stop.requested) if stop is not None else (lambda: False)
+    if ticked is None:
+        ticked = tick_problem(problem)[0]
+    repeated = periodic.periodic_schedule(ticked, problem, deadline, stopped)
+    if repeated is not None:
+        found.append((repeated, False))
     candidates = []
     for schedule, named in found:
         try:
@@ -499,7 +507,7 @@ def solve(
     deadline = started + settings.time_limit_s
     _check_budget(problem)
     ticked, time_scale, exact = tick_problem(problem)
-    candidates = warm_starts(problem, settings.objective, extra=hints, deadline=deadline, stop=stop)
+    candidates = warm_starts(problem, settings.objective, extra=hints, deadline=deadline, stop=stop, ticked=ticked)
     if not candidates:
         raise InfeasibleBudget(
             f"no schedule fits memory.budget; raise it to at least {max(minimum_budget(problem)):g} "
