@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # Step between the periods tried, as a fraction of the busiest device's work per microbatch.
 PERIOD_STEP = 0.01
-# Most periods tried in one scan: 3x the starting period at the default step.
+# Most periods tried in one scan: up to twice the busiest device's work per microbatch above the first.
 MAX_PERIODS = 200
 # Name of the schedule a pattern gives.
 NAME = "periodic"
