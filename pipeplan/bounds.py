@@ -204,25 +204,40 @@ def _nested_memory_chain(problem: Problem, device: int, trips: list[float]) -> f
     return best
 
 
-def _memory_area_span(problem: Problem, device: int, trips: list[float]) -> float:
-    """A span the budget forces on ``device`` by the memory-time area its activations need.
+def memory_binds(problem: Problem) -> bool:
+    """Whether the budget keeps some device from holding every microbatch at once."""
+    budget = problem.budget
+    return budget is not None and any(
+        problem.num_microbatches * problem.footprint(d) > b for d, b in enumerate(budget)
+    )
+
+
+def memory_area(problem: Problem, device: int, trips: list[float]) -> float:
+    """The least memory-time area one microbatch's activations take on ``device``.
 
     Microbatch m's activation on a stage s of the device is live from the start of F(s, m) to the end of
-    B(s, m), at least a round trip plus B later; the weight share stays until W(s, m) ends, at least W after
-    that. Every such interval lies within the device's span (it opens with one of its ops and closes with
-    another), and at no time does the live sum exceed the budget. So budget x span is at least the sum of all
-    N microbatches' areas: N x the sum over the device's stages of activation x (trip + B) + weight_activation
-    x W.
+    B(s, m), at least a round trip (``trips``, :func:`round_trips`) plus B later; the weight share stays until
+    W(s, m) ends, at least W after that. So the area is the sum over the device's stages of
+    activation x (trip + B) + weight_activation x W.
     """
-    budget = problem.budget
-    if budget is None or budget[device] <= 0:
-        return 0.0
-    area = sum(
+    return sum(
         problem.activation[s] * (trips[s] + problem.backward[s])
         + problem.weight_activation[s] * problem.backward_weight[s]
         for s in problem.stages_on_device(device)
     )
-    return problem.num_microbatches * area / budget[device]
+
+
+def _memory_area_span(problem: Problem, device: int, trips: list[float]) -> float:
+    """A span the budget forces on ``device`` by the memory-time area its activations need.
+
+    Every live interval lies within the device's span (it opens with one of its ops and closes with another),
+    and at no time does the live sum exceed the budget. So budget x span is at least the sum of all N
+    microbatches' areas (:func:`memory_area`).
+    """
+    budget = problem.budget
+    if budget is None or budget[device] <= 0:
+        return 0.0
+    return problem.num_microbatches * memory_area(problem, device, trips) / budget[device]
 
 
 def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:

@@ -40,7 +40,7 @@ import math
 import time
 from collections.abc import Callable
 
-from pipeplan.bounds import round_trips
+from pipeplan.bounds import memory_area, memory_binds, round_trips
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.schedule import Schedule
 
@@ -54,37 +54,19 @@ MAX_PERIODS = 200
 NAME = "periodic"
 
 
-def memory_binds(problem: Problem) -> bool:
-    """Whether the budget keeps some device from holding every microbatch at once."""
-    budget = problem.budget
-    return budget is not None and any(
-        problem.num_microbatches * problem.footprint(d) > b for d, b in enumerate(budget)
-    )
-
-
 def least_period(problem: Problem) -> float:
     """A period below which no pattern fits the budget.
 
-    In a steady state of period tau, Little's law says a device holds on average, over a period, the sum of
-    each live interval's demand times its length, divided by tau; the peak is at least that average. Each
-    length is at least the chain from the forward's start to the end of the op that releases it
-    (:func:`pipeplan.bounds.round_trips`, then B, then W). So tau >= sum(demand x least length) / budget.
+    In a steady state of period tau, Little's law says a device holds on average, over a period, the least
+    memory-time area of one microbatch (:func:`pipeplan.bounds.memory_area`: each live interval's demand times
+    the chain from the forward's start to the end of the op that releases it) divided by tau; the peak is at
+    least that average. So tau >= area / budget.
     """
     budget = problem.budget
     if budget is None:
         return 0.0
     trips = round_trips(problem)
-    least = 0.0
-    for d, room in enumerate(budget):
-        held = 0.0
-        for s in problem.stages_on_device(d):
-            to_b_end = trips[s] + problem.backward[s]
-            held += problem.released_by(OpKind.B, s) * to_b_end
-            if problem.split_backward:
-                held += problem.released_by(OpKind.W, s) * (to_b_end + problem.backward_weight[s])
-        if room > 0:
-            least = max(least, held / room)
-    return least
+    return max((memory_area(problem, d, trips) / room for d, room in enumerate(budget) if room > 0), default=0.0)
 
 
 def _on_arc(phase: float, length: float, other: float, other_length: float, period: float) -> bool:
@@ -113,11 +95,7 @@ def _free_start(arcs: list[tuple[float, float]], ready: float, length: float, pe
 
 def place(problem: Problem, period: float) -> dict[Op, float] | None:
     """Offsets of microbatch 0's ops on a circle of length ``period`` (see the module's docstring); None when
-    some device's ops of one microbatch do not fit in one period, or leave no gap long enough for an op."""
-    ops = [problem.op(kind, s, 0) for s in range(problem.num_model_stages) for kind in problem.kinds]
-    for d in range(problem.num_devices):
-        if sum(problem.duration(op) for op in ops if problem.device_of(op.stage) == d) > period:
-            return None
+    some op finds no free gap long enough (as when a device's ops of one microbatch exceed the period)."""
     arcs: list[list[tuple[float, float]]] = [[] for _ in range(problem.num_devices)]
     offsets: dict[Op, float] = {}
 

@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
-from pipeplan.bounds import round_trips
+from pipeplan.bounds import memory_binds, round_trips
 from pipeplan.problem import Op, OpKind, Problem
 
 # Seconds one window's model may take at most.
@@ -134,7 +134,7 @@ def spacing_bound(ticked: Problem, deadline: float, num_workers: int = 1, seed: 
     problem = ticked
     n = problem.num_microbatches
     budget = problem.budget
-    if n < 2 or budget is None or all(n * problem.footprint(d) <= b for d, b in enumerate(budget)):
+    if n < 2 or budget is None or not memory_binds(problem):
         return 0.0
     per_microbatch = problem.num_model_stages * len(problem.kinds)
     # While j + 1 microbatches fit every device's budget, a schedule of them alone may run their forwards on
