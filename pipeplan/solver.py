@@ -70,6 +70,12 @@ MAX_MODEL_OPS = 100_000
 # rest. With few workers CP-SAT runs no neighbourhood search of its own and creeps where memory binds.
 SEARCH_SHARE = 0.5
 
+# Near-equal schedules of different shapes leave different room for the neighbourhood search (a repeated
+# steady-state pattern leaves little): when the best warm start other than the search's incumbent is within
+# RIVAL_MARGIN of it, each gets PROBE_SHARE of the neighbourhood search's time, and the better result the rest.
+RIVAL_MARGIN = 0.03
+PROBE_SHARE = 0.25
+
 # The share of the time left after the warm starts that the window bound (:mod:`pipeplan.spacing`) may take
 # when the budget binds and the best warm start does not meet the closed-form bound.
 SPACING_SHARE = 0.2
@@ -559,11 +565,17 @@ def solve(
         else:
             log.info("the solver's order is no better than warm start %s", best.schedule.name)
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
-        found = _neighbourhood_search(model, chosen, settings, deadline, stop, target=bound * time_scale)
-        found_metrics = compute_metrics(simulate(problem, found))
-        found_value = objective_of(found_metrics, settings.objective)
-        if found_metrics.feasible and found_value < value * (1 - _EPS):
-            chosen, source, raw = found, "lns", None
+        # A warm start of another shape close to the incumbent gets a probe of the neighbourhood search as the
+        # incumbent does; the better of the two results (None below) then gets the rest of the time.
+        rival = _rival(candidates, chosen, value)
+        probe = PROBE_SHARE * max(0.0, deadline - time.monotonic())
+        for start in ([chosen, rival] if rival is not None else []) + [None]:
+            until = deadline if start is None else time.monotonic() + probe
+            found = _neighbourhood_search(model, start or chosen, settings, until, stop, target=bound * time_scale)
+            found_metrics = compute_metrics(simulate(problem, found))
+            found_value = objective_of(found_metrics, settings.objective)
+            if found_metrics.feasible and found_value < value * (1 - _EPS):
+                chosen, source, value, raw = found, "lns", found_value, None
     return answer.result(chosen, source, bound, search=name, stop=stop, raw=raw)
 
 
@@ -601,6 +613,15 @@ def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSe
         deadline=deadline, num_workers=int(settings.num_workers), seed=int(settings.random_seed), target=target,
         should_stop=lambda: stop is not None and stop.requested,
     )
+
+
+def _rival(candidates: Sequence[_Candidate], chosen: Schedule, value: float) -> Schedule | None:
+    """The best warm start whose per-device orders differ from ``chosen``'s when its objective is within
+    :data:`RIVAL_MARGIN` of ``value``, else None (several greedy rules often give the same orders)."""
+    for candidate in candidates:
+        if candidate.schedule.orders != chosen.orders:
+            return candidate.schedule if candidate.objective <= value * (1 + RIVAL_MARGIN) else None
+    return None
 
 
 def _reason_not_to_search(problem: Problem, best: _Candidate, bound: float, deadline: float,

@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import itertools
 import time
+from typing import Any
 
+import pytest
 from invariants import assert_valid
 
+import pipeplan.solver
 from pipeplan import Problem, compute_metrics, simulate
 from pipeplan.config import SolverSettings
 from pipeplan.lns import WIDTHS, windows
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
-from pipeplan.solver import _horizon, _Model, _neighbourhood_search, objective_of, tick_problem
+from pipeplan.solver import (
+    RIVAL_MARGIN,
+    _horizon,
+    _Model,
+    _neighbourhood_search,
+    _rival,
+    objective_of,
+    solve,
+    tick_problem,
+    warm_starts,
+)
 
 
 def test_windows_slide_from_the_end_over_the_whole_schedule_then_go_random() -> None:
@@ -40,3 +53,49 @@ def test_improves_a_poor_incumbent_and_keeps_it_valid() -> None:
     assert_valid(problem, timeline, metrics)
     assert metrics.feasible
     assert metrics.makespan < before
+
+
+def v_problem(budget: float) -> Problem:
+    """P=4, N=16, 2 chunks in V placement, F:B:W = 1 : 1 : 0.5, comm 0.03: V-Half's pattern and the greedy rules
+    come within 3 % of each other at a budget of 3 activations."""
+    problem = Problem.build(4, 16, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.03, activation=1.0,
+                            weight_activation=0.35, budget=budget)
+    return problem.with_layout(2, "v")
+
+
+def test_the_rival_is_the_best_other_order_within_the_margin() -> None:
+    candidates = warm_starts(v_problem(3), "makespan")
+    best = candidates[0]
+    rival = _rival(candidates, best.schedule, best.objective)
+    assert rival is not None
+    assert rival.orders != best.schedule.orders
+    others = [c for c in candidates if c.schedule.orders != best.schedule.orders]
+    assert rival is others[0].schedule
+    assert others[0].objective <= best.objective * (1 + RIVAL_MARGIN)
+    # Below the margin: no rival. Many greedy rules give the same orders; they are never each other's rival.
+    assert _rival(candidates, best.schedule, others[0].objective / (1 + RIVAL_MARGIN) * 0.99) is None
+    assert _rival([best, best], best.schedule, best.objective) is None
+
+
+def test_the_search_probes_from_the_rival_too_and_returns_a_valid_better_schedule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    problem = v_problem(3)
+    starts: list[str] = []
+    search = pipeplan.solver._neighbourhood_search
+
+    def recorded(model: _Model, incumbent: Any, *args: Any, **kwargs: Any) -> Any:
+        starts.append(incumbent.name)
+        return search(model, incumbent, *args, **kwargs)
+
+    monkeypatch.setattr(pipeplan.solver, "_neighbourhood_search", recorded)
+    result = solve(problem, time_limit_s=4, num_workers=2, random_seed=0)
+    assert result.status != "OPTIMAL", "the case must leave a gap for the neighbourhood search"
+    candidates = warm_starts(problem, "makespan")
+    names = {c.schedule.name for c in candidates}
+    # The incumbent, then the rival warm start, then the better of the two for the rest of the time.
+    assert len(starts) == 3
+    assert starts[1] in names and starts[1] != starts[0]
+    assert_valid(problem, result.timeline, result.metrics)
+    assert result.metrics.feasible
+    assert result.objective <= candidates[0].objective
