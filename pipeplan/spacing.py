@@ -25,7 +25,11 @@ on device 0 follows it) and W(0, N - 1) is one of its ops.
 **Solving.** delta_j comes from a CP-SAT model of j + 1 microbatches with F(0, m) fixed at 0; when a solve
 stops early its proven bound is used (it is a valid lower bound on delta_j), so the result is a theorem
 whatever the time limit. Windows grow from the smallest j whose j + 1 microbatches overflow some device's
-budget (below it delta_j is j F(0)) while time is left; the bound only improves with each.
+budget (below it delta_j is j F(0)) while time is left; the bound only improves with each. Each window's model
+is given the bounds already proven for the smaller ones: F(0, m + i) starts at least delta_i after F(0, m)
+for every i < j and m (microbatches m .. m + i of the window, alone, are a window of size i). The optimum is
+unchanged, but the proofs are far quicker: on P = 8, N = 32, 2 chunks in V, room for one microbatch, delta_4
+is proven in 2 s with them, and no better than 28.2 (of 38.9) in 3 s without.
 """
 
 from __future__ import annotations
@@ -47,9 +51,20 @@ MAX_WINDOW = 24
 MAX_WINDOW_OPS = 5_000
 
 
-def window_spacing(ticked: Problem, j: int, time_limit_s: float, num_workers: int = 1, seed: int = 0) -> int:
+def window_spacing(ticked: Problem, j: int, time_limit_s: float, num_workers: int = 1, seed: int = 0,
+                   known: dict[int, int] | None = None) -> int:
     """A proven lower bound on delta_j (in ticks) for the ticked problem: the least time from F(0, 0) to
-    F(0, j) when microbatches 0 .. j run alone (exact when CP-SAT finishes within ``time_limit_s``)."""
+    F(0, j) when microbatches 0 .. j run alone (exact when CP-SAT finishes within ``time_limit_s``).
+
+    ``known`` maps smaller windows i < j to proven lower bounds on delta_i; the model then requires F(0, m + i)
+    to start at least that long after F(0, m) for every m, which cuts its search without changing its optimum
+    (microbatches m .. m + i of the window, alone, form a window of size i)."""
+    return solve_window(ticked, j, time_limit_s, num_workers, seed, known)[0]
+
+
+def solve_window(ticked: Problem, j: int, time_limit_s: float, num_workers: int = 1, seed: int = 0,
+                 known: dict[int, int] | None = None) -> tuple[int, bool]:
+    """:func:`window_spacing`'s bound and whether it is delta_j itself (CP-SAT proved it optimal)."""
     if j < 1:
         raise ValueError("the window must hold at least two microbatches")
     problem = ticked
@@ -72,6 +87,10 @@ def window_spacing(ticked: Problem, j: int, time_limit_s: float, num_workers: in
         on_device = [op for op in ops if problem.device_of(op.stage) == d]
         model.add_no_overlap([model.new_fixed_size_interval_var(start[op], length[op], "") for op in on_device])
         _add_budget(model, problem, d, count, start, length, horizon)
+    for i, gap in (known or {}).items():
+        if i < j:
+            for m in range(count - i):
+                model.add(start[problem.op(OpKind.F, 0, m + i)] >= start[problem.op(OpKind.F, 0, m)] + gap)
     first, last = problem.op(OpKind.F, 0, 0), problem.op(OpKind.F, 0, j)
     model.add(start[first] == 0)
     model.minimize(start[last])
@@ -82,11 +101,12 @@ def window_spacing(ticked: Problem, j: int, time_limit_s: float, num_workers: in
     # Ctrl-C is the caller's: a window takes at most WINDOW_LIMIT_S, so its handler runs that soon.
     solver.parameters.catch_sigint_signal = False
     status = solver.solve(model)
-    # The forwards on stage 0 alone are j apart: a floor that holds even when CP-SAT proved nothing.
-    floor = j * length[first]
+    # The forwards on stage 0 alone are j apart, and the smaller windows chain: a floor that holds even when
+    # CP-SAT proved nothing.
+    floor = max(j * length[first], chain({i: gap for i, gap in (known or {}).items() if i < j}, j))
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return max(floor, int(math.ceil(solver.best_objective_bound - 1e-6)))
-    return floor
+        return max(floor, int(math.ceil(solver.best_objective_bound - 1e-6))), status == cp_model.OPTIMAL
+    return floor, False
 
 
 def _add_budget(model: cp_model.CpModel, problem: Problem, device: int, count: int,
@@ -119,10 +139,10 @@ def tail(problem: Problem) -> float:
 
 def chain(deltas: dict[int, int], gaps: int) -> int:
     """The least F(0, N-1) - F(0, 0) the window bounds imply, N - 1 = ``gaps``: max over splits of N - 1 into
-    window sizes of the sum of their deltas (a dynamic programme)."""
+    window sizes of the sum of their deltas (a dynamic programme); a part no window fits counts 0."""
     best = [0] * (gaps + 1)
     for x in range(1, gaps + 1):
-        best[x] = max(delta + best[x - j] for j, delta in deltas.items() if j <= x)
+        best[x] = max((delta + best[x - j] for j, delta in deltas.items() if j <= x), default=0)
     return best[gaps]
 
 
@@ -146,5 +166,5 @@ def spacing_bound(ticked: Problem, deadline: float, num_workers: int = 1, seed: 
         left = deadline - time.monotonic()
         if left < 0.05 or should_stop() or (j + 1) * per_microbatch > MAX_WINDOW_OPS:
             break
-        deltas[j] = window_spacing(problem, j, min(WINDOW_LIMIT_S, left), num_workers, seed)
+        deltas[j] = window_spacing(problem, j, min(WINDOW_LIMIT_S, left), num_workers, seed, known=deltas)
     return float(chain(deltas, n - 1)) + tail(problem)

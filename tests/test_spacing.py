@@ -17,7 +17,7 @@ from pipeplan.bounds import makespan_lower_bound
 from pipeplan.problem import OpKind
 from pipeplan.schedules.greedy import GreedyRule, greedy_schedule
 from pipeplan.solver import OPTIMAL, _Model, solve, tick_problem
-from pipeplan.spacing import chain, spacing_bound, tail, window_spacing
+from pipeplan.spacing import chain, solve_window, spacing_bound, tail, window_spacing
 
 EPS = 1e-9
 
@@ -54,6 +54,9 @@ def test_chain_takes_the_best_split() -> None:
     assert chain({1: 1, 2: 5}, 5) == 11
     assert chain({1: 3, 2: 5}, 4) == 12
     assert chain({1: 1}, 0) == 0
+    # Without a window of 1, one gap is left uncounted (0).
+    assert chain({2: 5}, 3) == 5
+    assert chain({}, 3) == 0
 
 
 def test_no_bound_where_memory_cannot_bind() -> None:
@@ -144,3 +147,22 @@ def test_a_window_stopped_by_its_time_limit_still_gives_a_bound() -> None:
     start = dict(zip(timeline.ops, timeline.start))
     spacing = start[ticked.op(OpKind.F, 0, j)] - start[ticked.op(OpKind.F, 0, 0)]
     assert j * ticked.forward[0] <= bound <= spacing
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems())
+def test_smaller_windows_cut_the_model_without_changing_its_optimum(problem: Problem) -> None:
+    """Each window's model may be given the proven spacings of the smaller windows (F(0, m + i) at least
+    delta_i after F(0, m)); on small random problems, where both models are solved to the end, the answers are
+    the same, and a cut model's answer is never below the chain of the smaller windows."""
+    ticked = tick_problem(problem)[0]
+    known: dict[int, int] = {}
+    for j in range(1, ticked.num_microbatches):
+        alone, alone_exact = solve_window(ticked, j, 1)
+        cut, cut_exact = solve_window(ticked, j, 1, known=known)
+        assert cut >= chain(known, j)
+        if alone_exact and cut_exact:
+            assert cut == alone
+        if not cut_exact:
+            break
+        known[j] = cut
