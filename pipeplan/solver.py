@@ -565,17 +565,11 @@ def solve(
         else:
             log.info("the solver's order is no better than warm start %s", best.schedule.name)
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
-        # A warm start of another shape close to the incumbent gets a probe of the neighbourhood search as the
-        # incumbent does; the better of the two results (None below) then gets the rest of the time.
-        rival = _rival(candidates, chosen, value)
-        probe = PROBE_SHARE * max(0.0, deadline - time.monotonic())
-        for start in ([chosen, rival] if rival is not None else []) + [None]:
-            until = deadline if start is None else time.monotonic() + probe
-            found = _neighbourhood_search(model, start or chosen, settings, until, stop, target=bound * time_scale)
-            found_metrics = compute_metrics(simulate(problem, found))
-            found_value = objective_of(found_metrics, settings.objective)
-            if found_metrics.feasible and found_value < value * (1 - _EPS):
-                chosen, source, value, raw = found, "lns", found_value, None
+        rival = _rival(candidates, (chosen, best.schedule), value)
+        found, found_value = _search_around(problem, model, chosen, value, rival, settings, deadline, stop, bound,
+                                            time_scale)
+        if found_value < value * (1 - _EPS):
+            chosen, source, value, raw = found, "lns", found_value, None
     return answer.result(chosen, source, bound, search=name, stop=stop, raw=raw)
 
 
@@ -595,10 +589,35 @@ def _search_deadline(deadline: float) -> float:
     return now + SEARCH_SHARE * max(0.0, deadline - now)
 
 
+def _search_around(problem: Problem, model: _Model, incumbent: Schedule, value: float, rival: Schedule | None,
+                   settings: SolverSettings, deadline: float, stop: StopRequest | None, bound: float,
+                   time_scale: int) -> tuple[Schedule, float]:
+    """The best schedule of ``problem`` the neighbourhood search on ``model`` (its ticked version) finds from
+    ``incumbent`` (whose objective is ``value``) until ``deadline``, and its objective (``incumbent`` and
+    ``value`` when nothing better is found). With a ``rival``, each of the two first gets :data:`PROBE_SHARE`
+    of the time and the best schedule found so far the rest. The search ends early when the objective meets
+    ``bound`` (proven; in the problem's unit, ``time_scale`` ticks each) or a stop is requested."""
+    best, best_value = incumbent, value
+    probe = PROBE_SHARE * max(0.0, deadline - time.monotonic())
+    starts: list[Schedule | None] = [incumbent, rival] if rival is not None else []
+    for phase, start in enumerate([*starts, None]):  # None: the best found so far, until the deadline
+        if best_value <= bound * (1 + _EPS) or (stop is not None and stop.requested):
+            break
+        until = deadline if start is None else min(deadline, time.monotonic() + probe)
+        found = _neighbourhood_search(model, best if start is None else start, settings, until, stop,
+                                      target=bound * time_scale, seed_offset=phase)
+        metrics = compute_metrics(simulate(problem, found))
+        found_value = objective_of(metrics, settings.objective)
+        if metrics.feasible and found_value < best_value * (1 - _EPS):
+            best, best_value = found, found_value
+    return best, best_value
+
+
 def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSettings, deadline: float,
-                          stop: StopRequest | None, target: float = 0.0) -> Schedule:
+                          stop: StopRequest | None, target: float = 0.0, seed_offset: int = 0) -> Schedule:
     """The incumbent improved by :func:`pipeplan.lns.improve` on the model's ticked problem until ``deadline``
-    or until it reaches ``target`` (a proven bound, in ticks)."""
+    or until it reaches ``target`` (a proven bound, in ticks). ``seed_offset`` varies the seed between runs of
+    the search within one solve (the random windows, the sub-solves)."""
     problem = model.problem
     base = lns.LnsModel(
         model=model.model,
@@ -610,16 +629,18 @@ def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSe
     return lns.improve(
         base, problem, incumbent,
         value_of=lambda timeline: objective_of(compute_metrics(timeline), settings.objective),
-        deadline=deadline, num_workers=int(settings.num_workers), seed=int(settings.random_seed), target=target,
+        deadline=deadline, num_workers=int(settings.num_workers), seed=int(settings.random_seed) + 1000 * seed_offset,
+        target=target,
         should_stop=lambda: stop is not None and stop.requested,
     )
 
 
-def _rival(candidates: Sequence[_Candidate], chosen: Schedule, value: float) -> Schedule | None:
-    """The best warm start whose per-device orders differ from ``chosen``'s when its objective is within
-    :data:`RIVAL_MARGIN` of ``value``, else None (several greedy rules often give the same orders)."""
+def _rival(candidates: Sequence[_Candidate], taken: Sequence[Schedule], value: float) -> Schedule | None:
+    """The best warm start whose per-device orders differ from those of every schedule in ``taken`` (the
+    incumbent and the whole-model search's hint) when its objective is within :data:`RIVAL_MARGIN` of
+    ``value``, else None (several greedy rules often give the same orders)."""
     for candidate in candidates:
-        if candidate.schedule.orders != chosen.orders:
+        if all(candidate.schedule.orders != schedule.orders for schedule in taken):
             return candidate.schedule if candidate.objective <= value * (1 + RIVAL_MARGIN) else None
     return None
 

@@ -56,9 +56,8 @@ def window_spacing(ticked: Problem, j: int, time_limit_s: float, num_workers: in
     """A proven lower bound on delta_j (in ticks) for the ticked problem: the least time from F(0, 0) to
     F(0, j) when microbatches 0 .. j run alone (exact when CP-SAT finishes within ``time_limit_s``).
 
-    ``known`` maps smaller windows i < j to proven lower bounds on delta_i; the model then requires F(0, m + i)
-    to start at least that long after F(0, m) for every m, which cuts its search without changing its optimum
-    (microbatches m .. m + i of the window, alone, form a window of size i)."""
+    ``known`` maps windows i to proven lower bounds on delta_i; those with i < j cut the model (F(0, m + i) at
+    least delta_i after F(0, m), see the module's docstring), the others are ignored."""
     return solve_window(ticked, j, time_limit_s, num_workers, seed, known)[0]
 
 
@@ -87,10 +86,10 @@ def solve_window(ticked: Problem, j: int, time_limit_s: float, num_workers: int 
         on_device = [op for op in ops if problem.device_of(op.stage) == d]
         model.add_no_overlap([model.new_fixed_size_interval_var(start[op], length[op], "") for op in on_device])
         _add_budget(model, problem, d, count, start, length, horizon)
-    for i, gap in (known or {}).items():
-        if i < j:
-            for m in range(count - i):
-                model.add(start[problem.op(OpKind.F, 0, m + i)] >= start[problem.op(OpKind.F, 0, m)] + gap)
+    smaller = {i: gap for i, gap in (known or {}).items() if i < j}
+    for i, gap in smaller.items():
+        for m in range(count - i):
+            model.add(start[problem.op(OpKind.F, 0, m + i)] >= start[problem.op(OpKind.F, 0, m)] + gap)
     first, last = problem.op(OpKind.F, 0, 0), problem.op(OpKind.F, 0, j)
     model.add(start[first] == 0)
     model.minimize(start[last])
@@ -103,7 +102,7 @@ def solve_window(ticked: Problem, j: int, time_limit_s: float, num_workers: int 
     status = solver.solve(model)
     # The forwards on stage 0 alone are j apart, and the smaller windows chain: a floor that holds even when
     # CP-SAT proved nothing.
-    floor = max(j * length[first], chain({i: gap for i, gap in (known or {}).items() if i < j}, j))
+    floor = max(j * length[first], chain(smaller, j))
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return max(floor, int(math.ceil(solver.best_objective_bound - 1e-6))), status == cp_model.OPTIMAL
     return floor, False

@@ -13,6 +13,7 @@ import pipeplan.solver
 from pipeplan import Problem, compute_metrics, simulate
 from pipeplan.config import SolverSettings
 from pipeplan.lns import WIDTHS, windows
+from pipeplan.schedule import Schedule
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.solver import (
     RIVAL_MARGIN,
@@ -20,6 +21,7 @@ from pipeplan.solver import (
     _Model,
     _neighbourhood_search,
     _rival,
+    _search_around,
     objective_of,
     solve,
     tick_problem,
@@ -66,36 +68,77 @@ def v_problem(budget: float) -> Problem:
 def test_the_rival_is_the_best_other_order_within_the_margin() -> None:
     candidates = warm_starts(v_problem(3), "makespan")
     best = candidates[0]
-    rival = _rival(candidates, best.schedule, best.objective)
+    rival = _rival(candidates, [best.schedule], best.objective)
     assert rival is not None
     assert rival.orders != best.schedule.orders
     others = [c for c in candidates if c.schedule.orders != best.schedule.orders]
     assert rival is others[0].schedule
     assert others[0].objective <= best.objective * (1 + RIVAL_MARGIN)
     # Below the margin: no rival. Many greedy rules give the same orders; they are never each other's rival.
-    assert _rival(candidates, best.schedule, others[0].objective / (1 + RIVAL_MARGIN) * 0.99) is None
-    assert _rival([best, best], best.schedule, best.objective) is None
+    assert _rival(candidates, [best.schedule], others[0].objective / (1 + RIVAL_MARGIN) * 0.99) is None
+    assert _rival([best, best], [best.schedule], best.objective) is None
+    # Every schedule taken is excluded: with the first two shapes taken, the rival is the third.
+    third = next(c for c in others if c.schedule.orders != rival.orders)
+    next_one = _rival(candidates, [best.schedule, rival], best.objective * 2)
+    assert next_one is not None and next_one.orders == third.schedule.orders
 
 
-def test_the_search_probes_from_the_rival_too_and_returns_a_valid_better_schedule(
+def test_the_search_probes_from_incumbent_and_rival_then_goes_on_from_the_better(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    problem = v_problem(3)
+    ticked, scale, _ = tick_problem(problem)
+    candidates = warm_starts(problem, "makespan")
+    incumbent = candidates[0]
+    rival = _rival(candidates, [incumbent.schedule], incumbent.objective)
+    assert rival is not None
+    model = _Model(ticked, "makespan", _horizon(ticked, incumbent.schedule, "makespan"))
+    runs: list[tuple[Schedule, Schedule]] = []  # (start, result) of each run of the search
+    search = pipeplan.solver._neighbourhood_search
+
+    def recorded(model: _Model, start: Schedule, *args: Any, **kwargs: Any) -> Schedule:
+        found = search(model, start, *args, **kwargs)
+        runs.append((start, found))
+        return found
+
+    def value(schedule: Schedule) -> float:
+        return objective_of(compute_metrics(simulate(problem, schedule)), "makespan")
+
+    monkeypatch.setattr(pipeplan.solver, "_neighbourhood_search", recorded)
+    found, found_value = _search_around(problem, model, incumbent.schedule, incumbent.objective, rival,
+                                        SolverSettings(num_workers=2), time.monotonic() + 4, None, 0.0, scale)
+    assert [start for start, _ in runs[:2]] == [incumbent.schedule, rival]
+    assert len(runs) == 3
+    probes = [incumbent.schedule] + [result for _, result in runs[:2]]
+    assert value(runs[2][0]) == min(value(schedule) for schedule in probes)
+    assert found_value == pytest.approx(value(found))
+    assert found_value == min(value(schedule) for schedule in [*probes, runs[2][1]])
+    timeline = simulate(problem, found)
+    metrics = compute_metrics(timeline)
+    assert_valid(problem, timeline, metrics)
+    assert metrics.feasible
+    assert found_value <= incumbent.objective
+
+
+def test_solve_probes_from_a_rival_warm_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wired into :func:`solve`: with no time for the whole-model search (its share 0), the neighbourhood search
+    runs from the best warm start, from the rival, then from the better."""
     problem = v_problem(3)
     starts: list[str] = []
     search = pipeplan.solver._neighbourhood_search
 
-    def recorded(model: _Model, incumbent: Any, *args: Any, **kwargs: Any) -> Any:
-        starts.append(incumbent.name)
-        return search(model, incumbent, *args, **kwargs)
+    def recorded(model: _Model, start: Schedule, *args: Any, **kwargs: Any) -> Schedule:
+        starts.append(start.name)
+        return search(model, start, *args, **kwargs)
 
     monkeypatch.setattr(pipeplan.solver, "_neighbourhood_search", recorded)
-    result = solve(problem, time_limit_s=4, num_workers=2, random_seed=0)
-    assert result.status != "OPTIMAL", "the case must leave a gap for the neighbourhood search"
+    monkeypatch.setattr(pipeplan.solver, "SEARCH_SHARE", 0.0)
+    result = solve(problem, time_limit_s=3, num_workers=2, random_seed=0)
     candidates = warm_starts(problem, "makespan")
-    names = {c.schedule.name for c in candidates}
-    # The incumbent, then the rival warm start, then the better of the two for the rest of the time.
+    rival = _rival(candidates, [candidates[0].schedule], candidates[0].objective)
+    assert rival is not None
+    assert starts[:2] == [candidates[0].schedule.name, rival.name]
     assert len(starts) == 3
-    assert starts[1] in names and starts[1] != starts[0]
     assert_valid(problem, result.timeline, result.metrics)
     assert result.metrics.feasible
     assert result.objective <= candidates[0].objective
