@@ -71,8 +71,9 @@ MAX_MODEL_OPS = 100_000
 SEARCH_SHARE = 0.5
 
 # Near-equal schedules of different shapes leave different room for the neighbourhood search (a repeated
-# steady-state pattern leaves little): when the best warm start other than the search's incumbent is within
-# RIVAL_MARGIN of it, each gets PROBE_SHARE of the neighbourhood search's time, and the better result the rest.
+# steady-state pattern leaves little): when the best warm start whose orders differ from the incumbent's and
+# from the whole-model search's hint is within RIVAL_MARGIN of the incumbent, each of the two gets PROBE_SHARE
+# of the neighbourhood search's time, and the best found so far the rest (see _search_around).
 RIVAL_MARGIN = 0.03
 PROBE_SHARE = 0.25
 
