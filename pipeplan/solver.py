@@ -569,7 +569,7 @@ def solve(
         rival = _rival(candidates, (chosen, best.schedule), value)
         found, found_value = _search_around(problem, model, chosen, value, rival, settings, deadline, stop, bound,
                                             time_scale)
-        if found_value < value * (1 - _EPS):
+        if found is not chosen:  # _search_around returns a schedule other than its incumbent only when better
             chosen, source, value, raw = found, "lns", found_value, None
     return answer.result(chosen, source, bound, search=name, stop=stop, raw=raw)
 

@@ -166,7 +166,7 @@ def test_a_window_stopped_by_its_time_limit_still_gives_a_bound() -> None:
 def test_smaller_windows_cut_the_model_without_changing_its_optimum(problem: Problem) -> None:
     """Each window's model may be given the proven spacings of the smaller windows (F(0, m + i) at least
     delta_i after F(0, m)); on small random problems, where both models are solved to the end, the answers are
-    the same, and a cut model's answer is never below the chain of the smaller windows."""
+    the same."""
     ticked = tick_problem(problem)[0]
     known: dict[int, int] = {}
     for j in range(1, ticked.num_microbatches):
