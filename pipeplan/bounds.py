@@ -204,6 +204,60 @@ def _nested_memory_chain(problem: Problem, device: int, trips: list[float]) -> f
     return best
 
 
+def _most_work(items: list[tuple[float, float, int]], room: float) -> float:
+    """The most time ops can fill when each kind (time, memory it holds, how many there are) may be taken
+    fractionally, best time per memory first, within ``room``: a fractional knapsack, so at least the most that
+    whole ops can fill. Kinds that hold no memory are all taken."""
+    best = 0.0
+    room = max(0.0, room)
+    for length, need, count in sorted(items, key=lambda item: -item[0] / item[1] if item[1] > 0 else -math.inf):
+        take = count if need <= 0 else min(count, room / need)
+        best += length * take
+        room -= need * take
+    return best
+
+
+def _chunk_windows_idle(problem: Problem, device: int, trips: list[float]) -> float:
+    """The idle time a budget forces on ``device`` (several chunks per device) in two windows of its span.
+
+    Let lo and hi be the device's lowest and highest stages and T0 the start of its first op.
+
+    - Head window: every B and W of the device starts at least L after T0, L being the least time from the start
+      of F(lo, m) to the start of B(hi, m) (the forwards and links from lo up to hi, then hi's round trip): a
+      B(s, m) of the device follows B(hi, m), which follows F(lo, m), and F(lo, m) starts at T0 or later. So in
+      [T0, T0 + L) the device runs only forwards that start there, and just before T0 + L all of them still
+      hold their activation (no B of the device has ended). Their activations fit the budget, so their time is
+      at most :func:`_most_work` of the device's forwards; the rest of L is idle.
+    - Tail window: let F(hi, m*) end last among the forwards of hi, at t1. Every forward of the device ends by
+      t1 (a forward of a lower stage of the device precedes the forward of hi of the same microbatch), and
+      B(hi, m*) starts no earlier than t1 + trip(hi) - F(hi). In that window only B and W run, and each that
+      does was live at t1: a B with its activation (it and its W fill at most B + W), a W whose B had ended with
+      its weight share. Microbatch m* itself holds its activations on hi and every lower stage of the device
+      (their B come after B(hi, m*)), and none of its ops runs in the window. So the window's work is at most
+      :func:`_most_work` of the B + W and W kinds within the budget less m*'s share; the rest is idle.
+
+    When the budget cannot hold all N microbatches on hi (each holding its activations on hi and the lower
+    stages of the device), some B(hi, m) ended by the start of F(hi, m*), when every forward of hi had started;
+    that B started at T0 + L or later, so the head window ends before t1 and the two idle times add. Otherwise
+    the larger one counts. Both windows lie within the device's span.
+    """
+    budget = problem.budget
+    if budget is None:
+        return 0.0
+    n = problem.num_microbatches
+    room = budget[device] * (1 + _EPS)
+    stages = problem.stages_on_device(device)
+    lo, hi = min(stages), max(stages)
+    head_window = sum(problem.forward[t] + problem.link_latency(t) for t in range(lo, hi)) + trips[hi]
+    forwards = [(problem.forward[s], problem.activation[s], n) for s in stages]
+    head = max(0.0, head_window - _most_work(forwards, room))
+    backwards = [(problem.backward[s] + problem.backward_weight[s], problem.activation[s], n) for s in stages]
+    backwards += [(problem.backward_weight[s], problem.weight_activation[s], n) for s in stages]
+    tail_window = trips[hi] - problem.forward[hi]
+    tail = max(0.0, tail_window - _most_work(backwards, room - _nested(problem, hi)))
+    return head + tail if n * _nested(problem, hi) > room else max(head, tail)
+
+
 def memory_binds(problem: Problem) -> bool:
     """Whether the budget keeps some device from holding every microbatch at once."""
     budget = problem.budget
@@ -252,7 +306,8 @@ def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
       only the B and W of microbatches still held in memory can fill it (:func:`_tail_fill`);
     - memory chain: a tight budget spaces the forwards a round trip apart (:func:`_memory_chain`).
 
-    With several chunks per device, the memory chain through each of its stages, where a live microbatch
+    With several chunks per device, the idle time the budget forces at its head and tail
+    (:func:`_chunk_windows_idle`), and the memory chain through each of its stages, where a live microbatch
     holds its activations on all the device's lower stages too (:func:`_nested_memory_chain`); and with any
     number of chunks, the memory-time area all activations need within the budget (:func:`_memory_area_span`).
 
@@ -278,7 +333,7 @@ def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:
             span += idle_head + idle_tail if n > in_flight else max(idle_head, idle_tail)
             span = max(span, _memory_chain(problem, s, in_flight, window))
         elif problem.budget is not None:
-            span = max(span, _nested_memory_chain(problem, d, trips))
+            span = max(span + _chunk_windows_idle(problem, d, trips), _nested_memory_chain(problem, d, trips))
         span = max(span, _memory_area_span(problem, d, trips))
         bounds.append((start, span))
     return bounds

@@ -134,6 +134,23 @@ def test_a_full_budget_makes_each_memory_chain_step_wait_for_a_w_or_the_next_b()
     assert result.status == OPTIMAL and result.objective == pytest.approx(74.58)
 
 
+def test_a_budget_leaves_idle_time_at_both_ends_of_a_device_with_two_chunks() -> None:
+    """P=3, N=3, two chunks in V placement (device 2 holds stages 2 and 3), F = B = 0.5 per chunk, no links,
+    0.5 activation per chunk, budget 2 (four chunk activations). Device 2 starts at 1 (F0, F1). Head window:
+    from F(2, m) to B(3, m) lie F2 + F3 + F4 + F5 + B5 + B4 = 3, and only forwards holding at most 4 chunk
+    activations (2 units of time) fit in it: 1 idle. Tail window: from the end of the last F(3) to its B lie
+    F4 + F5 + B5 + B4 = 2, and its microbatch holds 1 of the budget, so at most 2 chunks' B (1 unit) fill it:
+    1 idle. Three microbatches' footprints (3) overflow the budget, so both count: 1 + 6 of work + 2 = 9, above
+    the 8 the other bounds give. CP-SAT proves the optimum 10."""
+    problem = Problem.build(num_stages=3, num_microbatches=3, num_chunks=2, placement="v", forward=1.0,
+                            backward=1.0, budget=2)
+    start, span = device_lower_bounds(problem)[2]
+    assert (start, span) == pytest.approx((1.0, 8.0))
+    assert makespan_lower_bound(problem) == pytest.approx(9.0)
+    result = solve(problem, objective="makespan", time_limit_s=30, num_workers=2)
+    assert result.status == OPTIMAL and result.objective == pytest.approx(10.0)
+
+
 @st.composite
 def random_problems(draw: st.DrawFn) -> Problem:
     """Uneven costs and memory, 1 to 5 devices, 1 to 12 microbatches, one or two chunks (loop or V)."""
