@@ -281,17 +281,85 @@ def memory_area(problem: Problem, device: int, trips: list[float]) -> float:
     )
 
 
+def _rate_and_first(amounts_and_times: list[tuple[float, float]]) -> tuple[float, float]:
+    """(the most amount per unit of time, the largest amount) over ops given as (amount, time); the rate is
+    infinite when an op with an amount takes no time."""
+    rate = max((a / t if t > 0 else (math.inf if a > 0 else 0.0)) for a, t in amounts_and_times)
+    return rate, max(a for a, _ in amounts_and_times)
+
+
+def _live_ceiling_area(span: float, budget: float, head: tuple[float, float], tail: tuple[float, float]) -> float:
+    """The integral over [0, span] of min(budget, first + rate x, last + rate' (span - x)), with head = (rate,
+    first) and tail = (rate', last) (an infinite rate drops its line): exact, since the integrand is linear
+    between the points where two of the three lines cross, so the trapezoid rule on those points is exact."""
+    (rho, first), (sigma, last) = head, tail
+
+    def ceiling(x: float) -> float:
+        value = budget
+        if math.isfinite(rho):
+            value = min(value, first + rho * x)
+        if math.isfinite(sigma):
+            value = min(value, last + sigma * (span - x))
+        return value
+
+    points = {0.0, span}
+    if math.isfinite(rho) and rho > 0:
+        points.add((budget - first) / rho)
+    if math.isfinite(sigma) and sigma > 0:
+        points.add(span - (budget - last) / sigma)
+    if math.isfinite(rho) and math.isfinite(sigma) and rho + sigma > 0:
+        points.add((last + sigma * span - first) / (rho + sigma))
+    cuts = sorted(x for x in points if 0.0 <= x <= span)
+    return sum((b - a) * (ceiling(a) + ceiling(b)) / 2 for a, b in zip(cuts, cuts[1:]))
+
+
 def _memory_area_span(problem: Problem, device: int, trips: list[float]) -> float:
     """A span the budget forces on ``device`` by the memory-time area its activations need.
 
-    Every live interval lies within the device's span (it opens with one of its ops and closes with another),
-    and at no time does the live sum exceed the budget. So budget x span is at least the sum of all N
-    microbatches' areas (:func:`memory_area`).
+    Every live interval lies within the device's span [T0, T1] (it opens with one of its ops and closes with
+    another), so the live sum's integral over the span is at least the sum of all N microbatches' areas
+    (:func:`memory_area`). At any time the live sum is at most:
+
+    - the budget;
+    - at T0 + x, what the forwards started by then allocated: all of them but the last ran before it within x,
+      so at most the largest activation plus rho x, rho being the most activation per unit of forward time
+      among the device's stages;
+    - at T1 - x, what is still to be released: every live interval closes at the end of a B (activation less
+      weight share; the whole activation when the backward is not split) or a W (the weight share) ending after
+      that time, and all those ops but the one running then run within the last x, so at most the largest
+      release of one op plus sigma x, sigma being the most release per unit of op time.
+
+    The integral over a span S of the least of the three (:func:`_live_ceiling_area`) does not shrink as S
+    grows (shift the head line by the extra length: no point's ceiling falls), so the span is at least every S
+    whose integral stays below the areas' sum; bisection finds the largest such S it can certify. Without the
+    two ramps this is the plain area bound, budget x span >= the areas' sum.
     """
     budget = problem.budget
     if budget is None or budget[device] <= 0:
         return 0.0
-    return problem.num_microbatches * memory_area(problem, device, trips) / budget[device]
+    room = budget[device] * (1 + _EPS)
+    stages = problem.stages_on_device(device)
+    need = problem.num_microbatches * memory_area(problem, device, trips) * (1 - _EPS)
+    head = _rate_and_first([(problem.activation[s], problem.forward[s]) for s in stages])
+    releases = []
+    for s in stages:
+        if problem.split_backward:
+            releases.append((problem.activation[s] - problem.weight_activation[s], problem.backward[s]))
+            releases.append((problem.weight_activation[s], problem.backward_weight[s]))
+        else:
+            releases.append((problem.activation[s], problem.backward[s]))
+    tail = _rate_and_first(releases)
+    low = need / room
+    # Over low + the two ramps' rise times the ceiling loses at most room x those times, so this meets `need`.
+    high = low + sum(max(0.0, (room - first) / rate) for rate, first in (head, tail) if 0 < rate < math.inf)
+    high += _EPS * (1 + high)
+    for _ in range(60):
+        middle = (low + high) / 2
+        if _live_ceiling_area(middle, room, head, tail) < need:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def device_lower_bounds(problem: Problem) -> list[tuple[float, float]]:

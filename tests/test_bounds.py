@@ -19,11 +19,14 @@ from pipeplan import Problem, Timeline, compute_metrics, simulate
 from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
+    _memory_area_span,
     device_end_lower_bounds,
     device_lower_bounds,
     makespan_lower_bound,
+    memory_area,
     minimum_budget,
     prove,
+    round_trips,
     stage_span_lower_bound,
 )
 from pipeplan.schedules import generate_applicable
@@ -149,6 +152,19 @@ def test_a_budget_leaves_idle_time_at_both_ends_of_a_device_with_two_chunks() ->
     assert makespan_lower_bound(problem) == pytest.approx(9.0)
     result = solve(problem, objective="makespan", time_limit_s=30, num_workers=2)
     assert result.status == OPTIMAL and result.objective == pytest.approx(10.0)
+
+
+def test_the_memory_area_bound_sees_memory_fill_and_drain() -> None:
+    """P=3, N=6, two chunks in loop placement (device 0 holds stages 0 and 3), F = 0.5 and B = 1 per chunk, no
+    links, 0.5 activation per chunk, budget 2. Round trips: stage 0, 3 F + 5 B = 8; stage 3, 1.5 + 2 = 3.5. A
+    microbatch's area on device 0 is 0.5 (8 + 1) + 0.5 (3.5 + 1) = 6.75, 40.5 for six: 20.25 of span at a full
+    budget. But memory fills from 0.5 at 1 activation per unit of forward time (full after 1.5: 1.125 of area
+    lost) and drains at most 0.5 per unit of B time, from 0.5 at the last B's start (full 3 before the end: 2.25
+    lost), so 2 S - 3.375 >= 40.5 and S >= 21.9375."""
+    problem = Problem.build(num_stages=3, num_microbatches=6, num_chunks=2, placement="loop", forward=1.0,
+                            backward=2.0, budget=2)
+    assert _memory_area_span(problem, 0, round_trips(problem)) == pytest.approx(21.9375)
+    assert 6 * memory_area(problem, 0, round_trips(problem)) / 2 == pytest.approx(20.25)
 
 
 @st.composite
