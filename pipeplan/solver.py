@@ -44,6 +44,7 @@ from pipeplan.config import SolverSettings
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError, Op, OpKind, Problem
 from pipeplan.schedule import Schedule, ScheduleError
+from pipeplan.schedules import interleaved_zb
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.schedules.greedy import greedy_schedule, rules_for
 from pipeplan.simulate import Timeline, simulate
@@ -272,9 +273,10 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
     objective first; named schedules win ties.
 
     The named schedules, GPipe one microbatch at a time (which fits any budget that admits a schedule) and the
-    ``extra`` ones always run; the greedy list schedulers and the periodic pattern (:mod:`pipeplan.periodic`)
-    only while ``time.monotonic()`` is before ``deadline`` and no stop is requested. ``ticked`` is the problem in
-    ticks (:func:`tick_problem`), computed when None.
+    ``extra`` ones always run; the greedy list schedulers, interleaved zero bubble with smaller groups
+    (:func:`~pipeplan.schedules.interleaved_zb.smaller_groups`) and the periodic pattern
+    (:mod:`pipeplan.periodic`) only while ``time.monotonic()`` is before ``deadline`` and no stop is
+    requested. ``ticked`` is the problem in ticks (:func:`tick_problem`), computed when None.
     """
     found: list[tuple[Schedule, bool]] = [(s, True) for s in schedules.generate_applicable(problem)[0]]
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
@@ -286,6 +288,8 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
         greedy = greedy_schedule(problem, rule, deadline)
         if greedy is not None:
             found.append((greedy, False))
+    if time.monotonic() < deadline and not (stop is not None and stop.requested):
+        found.extend((schedule, False) for schedule in interleaved_zb.smaller_groups(problem, deadline))
     stopped = (lambda: stop.requested) if stop is not None else (lambda: False)
     if ticked is None:
         ticked = tick_problem(problem)[0]

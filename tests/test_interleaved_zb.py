@@ -9,11 +9,24 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from invariants import replay_valid
+from invariants import assert_valid, replay_valid
 from strategies import uneven_stage_values
 
-from pipeplan import Metrics, NotApplicable, Problem, Timeline, generate
-from pipeplan.schedules.interleaved import group_sizes
+from pipeplan import (
+    Metrics,
+    NotApplicable,
+    Problem,
+    Schedule,
+    ScheduleError,
+    Timeline,
+    compute_metrics,
+    generate,
+    simulate,
+)
+from pipeplan.problem import OpKind
+from pipeplan.schedules.interleaved import chunk_table, group_sizes
+from pipeplan.schedules.interleaved_zb import _orders, smaller_groups, warmup_counts
+from pipeplan.solver import solve, warm_starts
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -127,3 +140,80 @@ def test_property_valid_and_feasible_exactly_when_within_budget(problem: Problem
     else:
         over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget)]
         assert metrics.feasible == (not any(over))
+
+
+# ------------------------------------------------------------------ smaller groups (warm starts, not registered)
+
+
+def test_smaller_groups_fit_a_budget_the_registered_order_does_not() -> None:
+    """P=8, N=16, two chunks, the benchmark family (F:B:W = 1:1:0.5 per device, comm 0.03, weight_activation
+    0.35) at 6 activations: the registered order's rank 0 holds (v-1)·8 + 8 = 16 chunk-activations (8), too
+    many. Groups of 7, 6 and 5 hold 7.5, 7 and 6.5; groups of 4 hold (v-1)·4 + 8 = 12 chunk-activations, 6, and
+    are the one order given. Its makespan, 50.14, is far below GPipe's 68.22, the best named schedule that
+    fits. Without a budget, or at the registered order's own peak, there is nothing to give."""
+    problem = Problem.build(8, 16, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.03, num_chunks=2,
+                            weight_activation=0.35, budget=6)
+    (schedule,) = smaller_groups(problem)
+    assert schedule.name == "interleaved-zb-g4"
+    timeline = simulate(problem, schedule)
+    metrics = compute_metrics(timeline)
+    assert_valid(problem, timeline, metrics)
+    assert metrics.feasible and metrics.peak_memory_per_device[0] == pytest.approx(6.0)
+    assert metrics.makespan == pytest.approx(50.14)
+    assert smaller_groups(problem.with_budget(None)) == []
+    assert smaller_groups(problem.with_budget(8)) == []
+
+
+def test_the_optimizer_starts_from_smaller_groups() -> None:
+    """The same problem: the groups of 4 are the optimizer's best warm start, and its answer is no worse."""
+    problem = Problem.build(8, 16, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.03, num_chunks=2,
+                            weight_activation=0.35, budget=6)
+    best = warm_starts(problem, "makespan")[0]
+    assert best.schedule.name == "interleaved-zb-g4" and best.objective == pytest.approx(50.14)
+    result = solve(problem, objective="makespan", time_limit_s=3, num_workers=1)
+    assert result.objective <= 50.14 + 1e-9
+
+
+def test_smaller_groups_below_half_of_p_would_deadlock() -> None:
+    """Groups of g < (P - 1) / 2 are never tried: rank 0's warm-up would reach a later group's second chunk
+    (here P=8, g=3: 3 + 7 = 10 forwards, past the 9 of group 0 and group 1's first chunk), whose forward waits
+    on the last rank, which waits on rank 0's first B. The replay finds exactly that deadlock."""
+    problem = Problem.build(8, 16, forward=1.0, backward=1.0, backward_weight=0.5, num_chunks=2, budget=4.5)
+    assert smaller_groups(problem) == []  # g = 4 needs 6 activations; smaller g are not tried
+    p, n, v = 8, 16, 2
+    sizes = [3] * 5 + [1]
+    orders = _orders(problem, chunk_table(p, n, v, sizes), 3)
+    with pytest.raises(ScheduleError, match="deadlock"):
+        simulate(problem, Schedule.from_lists("g3", orders))
+
+
+@st.composite
+def budgeted_loop_problems(draw: st.DrawFn) -> Problem:
+    """Uneven costs, 2 to 6 devices, 2 or 3 chunks in loop placement, a split backward, a budget from one
+    microbatch's footprint up to the registered order's peak."""
+    p = draw(st.integers(min_value=2, max_value=6))
+    v = draw(st.integers(min_value=2, max_value=3))
+    n = draw(st.integers(min_value=2, max_value=14))
+    values = draw(uneven_stage_values(p * v, p))  # a split backward: every W takes some time
+    values.pop("budget")
+    problem = Problem.build(p, n, num_chunks=v, **values)
+    peak = max(compute_metrics(simulate(problem, generate(NAME, problem))).peak_memory_per_device)
+    low = max(problem.footprint(d) for d in range(p))
+    return problem.with_budget(draw(st.floats(min_value=low, max_value=max(low, peak))))
+
+
+@SETTINGS
+@given(problem=budgeted_loop_problems())
+def test_property_smaller_groups_are_valid_and_hold_less_on_rank_0(problem: Problem) -> None:
+    """Every order given runs (no deadlock), is complete, keeps every dependency, never overlaps, and rank 0
+    holds its warm-up plus one forward before its first B, no more than the budget allows."""
+    for schedule in smaller_groups(problem):
+        timeline = simulate(problem, schedule)
+        metrics = compute_metrics(timeline)
+        assert_valid(problem, timeline, metrics)
+        g = int(schedule.name.removeprefix("interleaved-zb-g"))
+        assert (problem.num_devices - 1) / 2 <= g < problem.num_devices
+        first_b = next(i for i, op in enumerate(schedule.orders[0]) if op.kind == OpKind.B)
+        held = sum(problem.activation[op.stage] for op in schedule.orders[0][:first_b])
+        assert first_b == warmup_counts(problem.num_devices, problem.num_microbatches, problem.num_chunks, g)[0] + 1
+        assert held <= problem.budget[0] + 1e-9

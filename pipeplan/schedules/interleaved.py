@@ -37,11 +37,13 @@ def group_sizes(num_stages: int, num_microbatches: int) -> list[int]:
     return [size + 1 if i < extra else size for i in range(groups)]
 
 
-def chunk_table(num_stages: int, num_microbatches: int, num_chunks: int) -> list[tuple[int, int]]:
-    """The forward order of (microbatch, chunk) on every device: group by group, chunk by chunk."""
+def chunk_table(num_stages: int, num_microbatches: int, num_chunks: int,
+                sizes: list[int] | None = None) -> list[tuple[int, int]]:
+    """The forward order of (microbatch, chunk) on every device: group by group, chunk by chunk. The groups'
+    sizes are :func:`group_sizes` unless given."""
     table: list[tuple[int, int]] = []
     first = 0
-    for size in group_sizes(num_stages, num_microbatches):
+    for size in sizes or group_sizes(num_stages, num_microbatches):
         table.extend((m, c) for c in range(num_chunks) for m in range(first, first + size))
         first += size
     return table

@@ -17,22 +17,29 @@ Torch accepts N only when it is a multiple of its number of groups, max(1, floor
 equal and this is torch's order. Any other N goes in the uneven groups of interleaved 1F1B (larger first).
 
 Needs a split backward. The budget is not adapted: when the peak is above it, the metrics report the schedule
-infeasible.
+infeasible. For budgets below its peak, :func:`smaller_groups` gives the same rule over groups of fewer than P
+microbatches, as warm starts for the optimizer.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
 
 from pipeplan.problem import Op, OpKind, Problem
-from pipeplan.schedule import Schedule
+from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.schedules import register, require_chunks
 from pipeplan.schedules.interleaved import chunk_table, group_sizes
+from pipeplan.simulate import simulate
 
 
-def warmup_counts(num_stages: int, num_microbatches: int, num_chunks: int) -> list[int]:
-    """Warm-up forward chunk-ops per rank: (v - 1)·G + (P - 1 - r), capped at N·v (G: first group's size)."""
-    first_group = group_sizes(num_stages, num_microbatches)[0]
+def warmup_counts(num_stages: int, num_microbatches: int, num_chunks: int,
+                  first_group: int | None = None) -> list[int]:
+    """Warm-up forward chunk-ops per rank: (v - 1)·G + (P - 1 - r), capped at N·v (G: the first group's size,
+    :func:`~pipeplan.schedules.interleaved.group_sizes`' unless given)."""
+    if first_group is None:
+        first_group = group_sizes(num_stages, num_microbatches)[0]
     total = num_microbatches * num_chunks
     return [min((num_chunks - 1) * first_group + num_stages - 1 - r, total) for r in range(num_stages)]
 
@@ -41,11 +48,61 @@ def warmup_counts(num_stages: int, num_microbatches: int, num_chunks: int) -> li
 def interleaved_zero_bubble(problem: Problem) -> Schedule:
     """Interleaved zero bubble over ``num_chunks`` >= 2 chunks per device in loop placement (split backward)."""
     require_chunks(problem, "interleaved-zb", "loop", exactly_two=False, split_backward=True)
+    p, n, v = problem.num_devices, problem.num_microbatches, problem.num_chunks
+    return Schedule.from_lists("interleaved-zb", _orders(problem, chunk_table(p, n, v), None))
+
+
+def smaller_groups(problem: Problem, deadline: float = math.inf) -> list[Schedule]:
+    """Interleaved zero bubble with groups of g < P microbatches: less memory for a little more bubble.
+
+    Rank 0 warms up with (v - 1)·g + P - 1 forwards instead of (v - 1)·P + P - 1, so a budget between about
+    3/4 and all of the registered schedule's peak still fits one (on the benchmark family at P = 8, N = 16, 2
+    chunks, 6 activations: g = 4 gives 50.14, where the best named schedule that fits is GPipe's 68.22). Group
+    sizes g run from min(P, N) - 1 down to ceil((P - 1) / 2): below that, rank 0's warm-up reaches the second
+    chunk of a later group, whose forward waits on the last rank, which waits on rank 0's first B, a deadlock.
+    Orders that still deadlock (uneven last groups can) are left out: each is replayed once, unless rank 0's
+    warm-up forwards (and the one before its first B, all live at once) already overflow the budget. None
+    without a budget or when the registered schedule's rank 0 fits it. Not registered (frameworks do not ship
+    it); the optimizer takes these as warm starts. Stops early at ``deadline`` (``time.monotonic()``).
+    """
+    if (problem.num_chunks < 2 or problem.placement != "loop" or not problem.split_backward
+            or problem.num_microbatches < 2):
+        return []
+    p, n, v = problem.num_devices, problem.num_microbatches, problem.num_chunks
+    budget = problem.budget
+    if budget is None or _held_by_rank_0(problem, chunk_table(p, n, v), None) <= budget[0] * (1 + 1e-9):
+        return []
+    found = []
+    for g in range(min(p, n) - 1, max(1, math.ceil((p - 1) / 2)) - 1, -1):
+        if time.monotonic() >= deadline:
+            break
+        sizes = [g] * (n // g) + ([n % g] if n % g else [])
+        table = chunk_table(p, n, v, sizes)
+        if _held_by_rank_0(problem, table, g) > budget[0] * (1 + 1e-9):
+            continue
+        schedule = Schedule.from_lists(f"interleaved-zb-g{g}", _orders(problem, table, g))
+        try:
+            simulate(problem, schedule)
+        except ScheduleError:
+            continue
+        found.append(schedule)
+    return found
+
+
+def _held_by_rank_0(problem: Problem, table: list[tuple[int, int]], first_group: int | None) -> float:
+    """What rank 0 holds just before its first B: it runs its warm-up forwards and one more first, and none of
+    them is released before a B."""
+    p, n, v = problem.num_devices, problem.num_microbatches, problem.num_chunks
+    return sum(problem.activation[c * p] for _, c in table[:warmup_counts(p, n, v, first_group)[0] + 1])
+
+
+def _orders(problem: Problem, table: list[tuple[int, int]], first_group: int | None) -> list[list[Op]]:
+    """Every rank's order over the forward ``table`` (see the module's docstring), with the warm-up of
+    :func:`warmup_counts` for that first group's size."""
     p, v = problem.num_devices, problem.num_chunks
-    table = chunk_table(p, problem.num_microbatches, v)
     total = len(table)
     orders: list[list[Op]] = []
-    for rank, warmup in enumerate(warmup_counts(p, problem.num_microbatches, v)):
+    for rank, warmup in enumerate(warmup_counts(p, problem.num_microbatches, v, first_group)):
 
         def op(kind: OpKind, k: int, reverse: bool, rank: int = rank) -> Op:
             m, c = table[k]
@@ -63,4 +120,4 @@ def interleaved_zero_bubble(problem: Problem) -> Schedule:
                 order.append(owed_w.popleft())
         order.extend(owed_w)
         orders.append(order)
-    return Schedule.from_lists("interleaved-zb", orders)
+    return orders
