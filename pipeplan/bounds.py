@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pipeplan.problem import Problem
+from pipeplan.problem import OpKind, Problem
 
 OPTIMAL = "OPTIMAL"
 FEASIBLE = "FEASIBLE"
@@ -254,8 +254,9 @@ def _chunk_windows_idle(problem: Problem, device: int, trips: list[float]) -> fl
     backwards = [(problem.backward[s] + problem.backward_weight[s], problem.activation[s], n) for s in stages]
     backwards += [(problem.backward_weight[s], problem.weight_activation[s], n) for s in stages]
     tail_window = trips[hi] - problem.forward[hi]
-    tail = max(0.0, tail_window - _most_work(backwards, room - _nested(problem, hi)))
-    return head + tail if n * _nested(problem, hi) > room else max(head, tail)
+    footprint = problem.footprint(device)  # what one microbatch holds on the device while live on hi
+    tail = max(0.0, tail_window - _most_work(backwards, room - footprint))
+    return head + tail if n * footprint > room else max(head, tail)
 
 
 def memory_binds(problem: Problem) -> bool:
@@ -341,14 +342,9 @@ def _memory_area_span(problem: Problem, device: int, trips: list[float]) -> floa
     stages = problem.stages_on_device(device)
     need = problem.num_microbatches * memory_area(problem, device, trips) * (1 - _EPS)
     head = _rate_and_first([(problem.activation[s], problem.forward[s]) for s in stages])
-    releases = []
-    for s in stages:
-        if problem.split_backward:
-            releases.append((problem.activation[s] - problem.weight_activation[s], problem.backward[s]))
-            releases.append((problem.weight_activation[s], problem.backward_weight[s]))
-        else:
-            releases.append((problem.activation[s], problem.backward[s]))
-    tail = _rate_and_first(releases)
+    kinds = (OpKind.B, OpKind.W) if problem.split_backward else (OpKind.B,)
+    tail = _rate_and_first([(problem.released_by(kind, s), problem.duration(problem.op(kind, s, 0)))
+                            for s in stages for kind in kinds])
     low = need / room
     # Over low + the two ramps' rise times the ceiling loses at most room x those times, so this meets `need`.
     high = low + sum(max(0.0, (room - first) / rate) for rate, first in (head, tail) if 0 < rate < math.inf)

@@ -7,6 +7,7 @@ named schedule and greedy list schedule that fits the budget. The proof arithmet
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from pipeplan import Problem, Timeline, compute_metrics, simulate
 from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
+    _live_ceiling_area,
     _memory_area_span,
     device_end_lower_bounds,
     device_lower_bounds,
@@ -165,6 +167,30 @@ def test_the_memory_area_bound_sees_memory_fill_and_drain() -> None:
                             backward=2.0, budget=2)
     assert _memory_area_span(problem, 0, round_trips(problem)) == pytest.approx(21.9375)
     assert 6 * memory_area(problem, 0, round_trips(problem)) / 2 == pytest.approx(20.25)
+
+
+@pytest.mark.parametrize("budget, head, tail, span", [
+    (2.0, (1.0, 0.5), (0.5, 0.5), 30.0),  # both ramps reach the budget
+    (2.0, (1.0, 0.5), (0.5, 0.5), 3.0),  # the ramps meet below the budget
+    (2.0, (math.inf, 0.5), (0.5, 0.25), 7.5),  # an op with memory and no time: no head ramp
+    (3.0, (0.4, 3.5), (math.inf, 1.0), 5.0),  # the first op alone fills the budget; no tail ramp
+])
+def test_the_live_ceiling_is_integrated_exactly(budget: float, head: tuple[float, float],
+                                                tail: tuple[float, float], span: float) -> None:
+    """The ceiling's integral against a fine midpoint sum of min(budget, first + rate x, last + rate' (S - x))."""
+    (rho, first), (sigma, last) = head, tail
+    steps = 200_000
+    width = span / steps
+    total = 0.0
+    for i in range(steps):
+        x = (i + 0.5) * width
+        value = budget
+        if math.isfinite(rho):
+            value = min(value, first + rho * x)
+        if math.isfinite(sigma):
+            value = min(value, last + sigma * (span - x))
+        total += value * width
+    assert _live_ceiling_area(span, budget, head, tail) == pytest.approx(total, rel=1e-6)
 
 
 @st.composite

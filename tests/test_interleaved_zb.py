@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid, replay_valid
 from strategies import uneven_stage_values
@@ -24,6 +24,7 @@ from pipeplan import (
     simulate,
 )
 from pipeplan.problem import OpKind
+from pipeplan.schedules import interleaved_zb
 from pipeplan.schedules.interleaved import chunk_table, group_sizes
 from pipeplan.schedules.interleaved_zb import _orders, smaller_groups, warmup_counts
 from pipeplan.solver import solve, warm_starts
@@ -174,17 +175,29 @@ def test_the_optimizer_starts_from_smaller_groups() -> None:
     assert result.objective <= 50.14 + 1e-9
 
 
-def test_smaller_groups_below_half_of_p_would_deadlock() -> None:
+def test_smaller_groups_below_half_of_p_would_deadlock(monkeypatch: pytest.MonkeyPatch) -> None:
     """Groups of g < (P - 1) / 2 are never tried: rank 0's warm-up would reach a later group's second chunk
     (here P=8, g=3: 3 + 7 = 10 forwards, past the 9 of group 0 and group 1's first chunk), whose forward waits
-    on the last rank, which waits on rank 0's first B. The replay finds exactly that deadlock."""
+    on the last rank, which waits on rank 0's first B. The replay finds exactly that deadlock. At a budget of
+    4.5 activations the groups of 4 and more overflow rank 0 and those of 1 to 3 would not, yet none of these
+    is replayed."""
     problem = Problem.build(8, 16, forward=1.0, backward=1.0, backward_weight=0.5, num_chunks=2, budget=4.5)
-    assert smaller_groups(problem) == []  # g = 4 needs 6 activations; smaller g are not tried
-    p, n, v = 8, 16, 2
-    sizes = [3] * 5 + [1]
-    orders = _orders(problem, chunk_table(p, n, v, sizes), 3)
+    replayed: list[str] = []
+
+    def spy(problem: Problem, schedule: Schedule) -> Timeline:
+        replayed.append(schedule.name)
+        return simulate(problem, schedule)
+
+    monkeypatch.setattr(interleaved_zb, "simulate", spy)
+    assert smaller_groups(problem) == [] and replayed == []
+    orders = _orders(problem, chunk_table(8, 16, 2, [3] * 5 + [1]), 3)
     with pytest.raises(ScheduleError, match="deadlock"):
         simulate(problem, Schedule.from_lists("g3", orders))
+
+
+def test_group_sizes_must_split_the_microbatches() -> None:
+    with pytest.raises(ValueError, match="do not split 16"):
+        chunk_table(8, 16, 2, [4, 4, 4])
 
 
 @st.composite
@@ -207,12 +220,14 @@ def budgeted_loop_problems(draw: st.DrawFn) -> Problem:
 def test_property_smaller_groups_are_valid_and_hold_less_on_rank_0(problem: Problem) -> None:
     """Every order given runs (no deadlock), is complete, keeps every dependency, never overlaps, and rank 0
     holds its warm-up plus one forward before its first B, no more than the budget allows."""
-    for schedule in smaller_groups(problem):
+    given = smaller_groups(problem)
+    event(f"orders given: {min(len(given), 2)}+")
+    for schedule in given:
         timeline = simulate(problem, schedule)
         metrics = compute_metrics(timeline)
         assert_valid(problem, timeline, metrics)
         g = int(schedule.name.removeprefix("interleaved-zb-g"))
-        assert (problem.num_devices - 1) / 2 <= g < problem.num_devices
+        assert (problem.num_devices - 1) / 2 <= g < group_sizes(problem.num_devices, problem.num_microbatches)[0]
         first_b = next(i for i, op in enumerate(schedule.orders[0]) if op.kind == OpKind.B)
         held = sum(problem.activation[op.stage] for op in schedule.orders[0][:first_b])
         assert first_b == warmup_counts(problem.num_devices, problem.num_microbatches, problem.num_chunks, g)[0] + 1

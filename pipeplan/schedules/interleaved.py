@@ -40,10 +40,14 @@ def group_sizes(num_stages: int, num_microbatches: int) -> list[int]:
 def chunk_table(num_stages: int, num_microbatches: int, num_chunks: int,
                 sizes: list[int] | None = None) -> list[tuple[int, int]]:
     """The forward order of (microbatch, chunk) on every device: group by group, chunk by chunk. The groups'
-    sizes are :func:`group_sizes` unless given."""
+    sizes are :func:`group_sizes` unless given (they must add up to the number of microbatches)."""
+    if sizes is None:
+        sizes = group_sizes(num_stages, num_microbatches)
+    if sum(sizes) != num_microbatches or min(sizes) < 1:
+        raise ValueError(f"group sizes {sizes} do not split {num_microbatches} microbatches")
     table: list[tuple[int, int]] = []
     first = 0
-    for size in sizes or group_sizes(num_stages, num_microbatches):
+    for size in sizes:
         table.extend((m, c) for c in range(num_chunks) for m in range(first, first + size))
         first += size
     return table

@@ -27,6 +27,7 @@ import math
 import time
 from collections import deque
 
+from pipeplan.metrics import MEMORY_TOLERANCE
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.schedules import register, require_chunks
@@ -53,32 +54,38 @@ def interleaved_zero_bubble(problem: Problem) -> Schedule:
 
 
 def smaller_groups(problem: Problem, deadline: float = math.inf) -> list[Schedule]:
-    """Interleaved zero bubble with groups of g < P microbatches: less memory for a little more bubble.
+    """Interleaved zero bubble with smaller groups than the registered order's: less memory, a little more
+    bubble.
 
-    Rank 0 warms up with (v - 1)·g + P - 1 forwards instead of (v - 1)·P + P - 1, so a budget between about
-    3/4 and all of the registered schedule's peak still fits one (on the benchmark family at P = 8, N = 16, 2
-    chunks, 6 activations: g = 4 gives 50.14, where the best named schedule that fits is GPipe's 68.22). Group
-    sizes g run from min(P, N) - 1 down to ceil((P - 1) / 2): below that, rank 0's warm-up reaches the second
-    chunk of a later group, whose forward waits on the last rank, which waits on rank 0's first B, a deadlock.
-    Orders that still deadlock (uneven last groups can) are left out: each is replayed once, unless rank 0's
-    warm-up forwards (and the one before its first B, all live at once) already overflow the budget. None
-    without a budget or when the registered schedule's rank 0 fits it. Not registered (frameworks do not ship
-    it); the optimizer takes these as warm starts. Stops early at ``deadline`` (``time.monotonic()``).
+    Rank 0 warms up with (v - 1)·g + P - 1 forwards instead of (v - 1)·G + P - 1 (G the registered order's
+    first group, P or a little more; N when N < P), so a budget between about 3/4 and all of the registered
+    schedule's peak still fits one (on the benchmark family at P = 8, N = 16, 2 chunks, 6 activations: g = 4
+    gives 50.14, where the best named schedule that fits is GPipe's 68.22). Group sizes g run from G - 1 down to
+    ceil((P - 1) / 2): below that, rank 0's warm-up reaches the second chunk of a later group, whose forward
+    waits on the last rank, which waits on rank 0's first B, a deadlock. Orders that still deadlock (uneven last
+    groups can) are left out: each is replayed once, unless rank 0's warm-up forwards (and the one before its
+    first B, all live at once) already overflow rank 0's budget. None without a budget or when the registered
+    order's rank 0 fits it (a shortcut: another rank may still overflow its budget there). Not registered
+    (frameworks do not ship it); the optimizer takes these as warm starts. Stops early at ``deadline``
+    (``time.monotonic()``).
     """
     if (problem.num_chunks < 2 or problem.placement != "loop" or not problem.split_backward
             or problem.num_microbatches < 2):
         return []
     p, n, v = problem.num_devices, problem.num_microbatches, problem.num_chunks
     budget = problem.budget
-    if budget is None or _held_by_rank_0(problem, chunk_table(p, n, v), None) <= budget[0] * (1 + 1e-9):
+    if budget is None:
+        return []
+    room = budget[0] * (1 + MEMORY_TOLERANCE) + MEMORY_TOLERANCE  # as the metrics judge a peak
+    if _held_by_rank_0(problem, chunk_table(p, n, v), None) <= room:
         return []
     found = []
-    for g in range(min(p, n) - 1, max(1, math.ceil((p - 1) / 2)) - 1, -1):
+    for g in range(group_sizes(p, n)[0] - 1, max(1, math.ceil((p - 1) / 2)) - 1, -1):
         if time.monotonic() >= deadline:
             break
         sizes = [g] * (n // g) + ([n % g] if n % g else [])
         table = chunk_table(p, n, v, sizes)
-        if _held_by_rank_0(problem, table, g) > budget[0] * (1 + 1e-9):
+        if _held_by_rank_0(problem, table, g) > room:
             continue
         schedule = Schedule.from_lists(f"interleaved-zb-g{g}", _orders(problem, table, g))
         try:
