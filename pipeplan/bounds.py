@@ -248,7 +248,8 @@ def _chunk_windows_idle(problem: Problem, device: int, trips: list[float]) -> fl
     room = budget[device] * (1 + _EPS)
     stages = problem.stages_on_device(device)
     lo, hi = min(stages), max(stages)
-    head_window = sum(problem.forward[t] + problem.link_latency(t) for t in range(lo, hi)) + trips[hi]
+    firsts = _first_forward_time(problem)  # F(lo, m) to F(hi, m): the forwards and links between
+    head_window = firsts[hi] - firsts[lo] + trips[hi]
     forwards = [(problem.forward[s], problem.activation[s], n) for s in stages]
     head = max(0.0, head_window - _most_work(forwards, room))
     backwards = [(problem.backward[s] + problem.backward_weight[s], problem.activation[s], n) for s in stages]
