@@ -31,11 +31,12 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from pipeplan import lns, periodic, schedules, spacing
+from pipeplan import device_bound, lns, periodic, schedules, spacing
 from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
     makespan_lower_bound,
+    memory_binds,
     minimum_budget,
     prove,
     stage_span_lower_bound,
@@ -81,6 +82,12 @@ PROBE_SHARE = 0.25
 # The share of the time left after the warm starts that the window bound (:mod:`pipeplan.spacing`) may take
 # when the budget binds and the best warm start does not meet the closed-form bound.
 SPACING_SHARE = 0.2
+
+# The share of the time left after the window bound that the device relaxations (:mod:`pipeplan.device_bound`)
+# may take when the budget binds and the best warm start does not meet the bound so far, and how many devices
+# (those with the largest closed-form bounds) they are tried on: the first gets two thirds of that time.
+DEVICE_SHARE = 0.2
+DEVICE_TRIES = 2
 
 
 class StopRequest:
@@ -525,17 +532,24 @@ def solve(
             "(one microbatch in flight)"
         )
     best = candidates[0]
-    bound = _analytic_bound(ticked, settings.objective) / time_scale
+    bound_ticks = _analytic_bound(ticked, settings.objective)  # the largest bound proven so far, in ticks
+    bound = bound_ticks / time_scale
     answer = _Answer(problem, settings.objective, best, candidates, time_scale, exact, started)
     if progress is not None:
         progress(Progress(time.monotonic() - started, best.objective, bound))
     skip = _reason_not_to_search(problem, best, bound, deadline, stop)
-    window_ticks = 0.0
-    if not skip:
-        window_ticks = _window_bound(ticked, settings, deadline, stop)
-        if window_ticks / time_scale > bound:
-            log.info("window bound %s above the closed-form bound %s", window_ticks / time_scale, bound)
-            bound = window_ticks / time_scale
+    best_in_ticks = simulate(ticked, best.schedule)
+    for name in ("window bound", "device relaxation"):  # the second starts from the first's bound
+        if skip:
+            break
+        if name == "window bound":
+            ticks = _window_bound(ticked, settings, deadline, stop)
+        else:
+            ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, best_in_ticks)
+        bound_ticks = max(bound_ticks, ticks)
+        if ticks / time_scale > bound:
+            log.info("%s %s above the bound so far %s", name, ticks / time_scale, bound)
+            bound = ticks / time_scale
             if progress is not None:
                 progress(Progress(time.monotonic() - started, best.objective, bound))
             skip = _reason_not_to_search(problem, best, bound, deadline, stop)
@@ -544,14 +558,14 @@ def solve(
         return answer.result(best.schedule, best.schedule.name, bound, search=skip, stop=stop)
 
     model = _Model(ticked, settings.objective, _horizon(ticked, best.schedule, settings.objective))
-    model.add_lower_bound(window_ticks)
-    model.add_hint(simulate(ticked, best.schedule))
+    model.add_lower_bound(bound_ticks)
+    model.add_hint(best_in_ticks)
     solver = _solver(settings, _search_deadline(deadline))
     if progress is not None:
         solver.best_bound_callback = lambda value: progress(
             Progress(time.monotonic() - started, None, value / time_scale)
         )
-    status = _run_search(solver, model, _Progress(progress, time_scale, started), stop)
+    status = _run_search(solver, model.model, _Progress(progress, time_scale, started), stop)
     name = solver.status_name(status)
     log.info("CP-SAT status %s in %.2f s", name, solver.wall_time)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
@@ -585,6 +599,32 @@ def _window_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         ticked, now + SPACING_SHARE * max(0.0, deadline - now), num_workers=int(settings.num_workers),
         seed=int(settings.random_seed), should_stop=lambda: stop is not None and stop.requested,
     )
+
+
+def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None,
+                  floor_ticks: float, hint: Timeline) -> float:
+    """The best bound (ticks) CP-SAT proves on the device relaxations of :mod:`pipeplan.device_bound`, each given
+    ``floor_ticks`` (a bound already proven) and the best warm start's ``hint`` (ticks), within
+    :data:`DEVICE_SHARE` of the time left, on at most :data:`DEVICE_TRIES` devices; 0 when memory cannot bind."""
+    if not memory_binds(ticked):
+        return 0.0
+    now = time.monotonic()
+    until = now + DEVICE_SHARE * max(0.0, deadline - now)
+    devices = device_bound.devices_to_try(ticked)[:DEVICE_TRIES]
+    best = 0.0
+    for index, device in enumerate(devices):
+        left = until - time.monotonic()
+        if left < 0.05 or (stop is not None and stop.requested):
+            break
+        relaxation = device_bound.relaxation(ticked, device, settings.objective, floor=math.ceil(floor_ticks - _EPS))
+        relaxation.add_hint(hint)
+        solver = _solver(settings, time.monotonic() + (left if index == len(devices) - 1 else left * 2 / 3))
+        status = _run_search(solver, relaxation.model, None, stop)
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            log.info("device %d relaxation: %s, bound %s ticks", device, solver.status_name(status),
+                     solver.best_objective_bound)
+            best = max(best, solver.best_objective_bound)
+    return best
 
 
 def _search_deadline(deadline: float) -> float:
@@ -666,7 +706,7 @@ def _reason_not_to_search(problem: Problem, best: _Candidate, bound: float, dead
     return ""
 
 
-def _run_search(solver: cp_model.CpSolver, model: _Model, callback: _Progress,
+def _run_search(solver: cp_model.CpSolver, model: cp_model.CpModel, callback: _Progress | None,
                 stop: StopRequest | None) -> cp_model.CpSolverStatus:
     """Run CP-SAT in a helper thread while this thread waits, so that Python signal handlers (which run only
     in the main thread, between bytecodes) can stop it; CP-SAT's own SIGINT handler is off. An exception raised
@@ -681,7 +721,7 @@ def _run_search(solver: cp_model.CpSolver, model: _Model, callback: _Progress,
 
     def search() -> None:
         try:
-            outcome["status"] = solver.solve(model.model, callback)
+            outcome["status"] = solver.solve(model, callback)
         except BaseException as exc:  # handed to the waiting thread
             outcome["error"] = exc
         finally:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 
 from hypothesis import strategies as st
+from ortools.sat.python import cp_model
 
 from pipeplan import Op, Problem, Schedule, ScheduleError, Timeline, compute_metrics, simulate
+from pipeplan.solver import _Model, tick_problem
 
 OBJECTIVES = ("makespan", "stage_span")
 
@@ -119,3 +122,32 @@ def tiny_chunk_problems(draw: st.DrawFn) -> Problem:
     ]))
     budget = st.one_of(st.none(), st.integers(min_value=0, max_value=8).map(lambda x: x / 8))
     return draw(per_stage_problem(p, n, split, quarters, budget, num_chunks=2, placement=placement))
+
+
+small_costs = st.integers(min_value=1, max_value=8).map(lambda x: x / 4)
+
+
+@st.composite
+def small_problems(draw: st.DrawFn) -> Problem:
+    """P 2..3, N 3..5, 1 or 2 chunks (loop or V), split or not, uneven costs, a budget from one microbatch's
+    footprint to about two."""
+    p = draw(st.integers(2, 3))
+    n = draw(st.integers(3, 5))
+    chunks, placement = draw(st.sampled_from([(1, "loop"), (2, "loop"), (2, "v")]))
+    budget = st.integers(min_value=0, max_value=8).map(lambda x: x / 8)
+    return draw(per_stage_problem(p, n, draw(st.booleans()), small_costs, budget, chunks, placement))
+
+
+def proven_optimum(problem: Problem, objective: str) -> float | None:
+    """The optimum CP-SAT proves on the solver's model, which knows the closed-form bounds but not the window
+    bound; None when it does not finish in time."""
+    ticked, scale, exact = tick_problem(problem)
+    assert exact
+    horizon = int(math.ceil(ticked.total_time() * ticked.num_microbatches))
+    model = _Model(ticked, objective, horizon)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = 2
+    solver.parameters.num_workers = 2
+    if solver.solve(model.model) != cp_model.OPTIMAL:
+        return None
+    return solver.objective_value / scale

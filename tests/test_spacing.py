@@ -3,20 +3,25 @@ order of tiny problems and against optima that CP-SAT proves without it on small
 
 from __future__ import annotations
 
-import math
 import time
 
 import pytest
-from exhaustive import feasible_timelines, per_stage_problem, tiny_chunk_problems, tiny_problems, value_of
+from exhaustive import (
+    feasible_timelines,
+    proven_optimum,
+    small_problems,
+    tiny_chunk_problems,
+    tiny_problems,
+    value_of,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ortools.sat.python import cp_model
 
 from pipeplan import Problem, simulate
 from pipeplan.bounds import makespan_lower_bound
 from pipeplan.problem import OpKind
 from pipeplan.schedules.greedy import GreedyRule, greedy_schedule
-from pipeplan.solver import OPTIMAL, _Model, solve, tick_problem
+from pipeplan.solver import OPTIMAL, solve, tick_problem
 from pipeplan.spacing import chain, solve_window, spacing_bound, tail, window_spacing
 
 EPS = 1e-9
@@ -91,39 +96,10 @@ def test_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem)
             assert bound <= value_of(timeline, objective) + EPS
 
 
-costs = st.integers(min_value=1, max_value=8).map(lambda x: x / 4)
-
-
-@st.composite
-def small_problems(draw: st.DrawFn) -> Problem:
-    """P 2..3, N 3..5, 1 or 2 chunks (loop or V), split or not, uneven costs, a budget from one microbatch's
-    footprint to about two."""
-    p = draw(st.integers(2, 3))
-    n = draw(st.integers(3, 5))
-    chunks, placement = draw(st.sampled_from([(1, "loop"), (2, "loop"), (2, "v")]))
-    budget = st.integers(min_value=0, max_value=8).map(lambda x: x / 8)
-    return draw(per_stage_problem(p, n, draw(st.booleans()), costs, budget, chunks, placement))
-
-
-def _proven_optimum(problem: Problem, objective: str) -> float | None:
-    """The optimum CP-SAT proves on the solver's model, which knows the closed-form bounds but not the window
-    bound; None when it does not finish in time."""
-    ticked, scale, exact = tick_problem(problem)
-    assert exact
-    horizon = int(math.ceil(ticked.total_time() * ticked.num_microbatches))
-    model = _Model(ticked, objective, horizon)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = 2
-    solver.parameters.num_workers = 2
-    if solver.solve(model.model) != cp_model.OPTIMAL:
-        return None
-    return solver.objective_value / scale
-
-
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(), st.sampled_from(["makespan", "stage_span"]))
 def test_bound_never_exceeds_an_optimum_proven_without_it(problem: Problem, objective: str) -> None:
-    optimum = _proven_optimum(problem, objective)
+    optimum = proven_optimum(problem, objective)
     if optimum is not None:
         assert _window_bound(problem) <= optimum + EPS
 

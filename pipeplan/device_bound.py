@@ -1,0 +1,222 @@
+"""A lower bound from one device solved exactly, with every other device reduced to the delays of its chains.
+
+The closed-form bounds of :mod:`pipeplan.bounds` count a device's work, its unavoidable idle time and the area
+its activations need, each on its own. Where memory binds they miss how these interact: a device that holds
+as many microbatches as its budget allows must wait for the oldest one's backward to come back before it can
+start another forward, and what it can run meanwhile is limited by the same budget. This module solves that
+interaction exactly for one device, for all N microbatches.
+
+**The device relaxation.** Fix a device d. Its model has one variable per op on d (every kind, on each of its
+stages, for every microbatch), and:
+
+- *heads*: op u starts no earlier than its longest dependency chain from the start (durations of the ops
+  before it and the link latencies between them), as the first op of any schedule can start at 0;
+- *lags*: for two ops u, v of one microbatch on d where v depends on u through a chain (for example F on d's
+  first chunk and F on its second chunk, with the forwards of the other devices in between), v starts at
+  least the chain's longest path after u ends;
+- *tails*: the objective is at least u's end plus the longest chain that must still follow u (for the stage
+  span: u's end minus the start of d's first op, see below);
+- *one op at a time* on d, the *activation budget* of d (the problem's memory rules: a forward allocates at its
+  start, B and W release at their ends), and each kind on each stage in *microbatch order*.
+
+Every other device's ops, their capacity and their memory are gone. Take any schedule of the whole problem
+within the budget whose kinds run in microbatch order on every stage (some optimal schedule does: see
+``_Model._add_symmetry`` in :mod:`pipeplan.solver`), shifted so that its first op starts at 0. Its ops on d
+meet every constraint above: each op runs after its whole dependency chain, every op of a chain after the one
+before it, and d runs them one at a time within its budget. So the relaxation's optimum is at most the
+schedule's objective, and CP-SAT's proven bound on the relaxation is a lower bound on the problem's optimum
+whatever the time limit. For the stage span, d's first op is F on its first stage of microbatch 0 (every op on
+d follows that stage's forward of its own microbatch, which runs after microbatch 0's), and d's span is at most
+the largest span of all devices.
+
+**Memory precedences.** Let stage s be d's chunk i and let A be the activations of d's chunks 0 .. i (s and the
+ones below it) for one microbatch. While B(s, m) has not ended, no microbatch m' >= m has ended B(s, m')
+(microbatch order), nor started B on d's lower chunks (those follow B(s, m') through the chain), so every such
+microbatch whose F(s, m') has started holds at least A. If F(s, m + k) starts before B(s, m) ends, the k + 1
+microbatches m .. m + k hold (k + 1) A; so with k the least count for which (k + 1) A exceeds the budget,
+F(s, m + k) starts no earlier than B(s, m) ends. These follow from the model, so they do not change its
+optimum; written as plain precedences they let CP-SAT's linear relaxation see what the cumulative implies and
+prove the optimum much sooner.
+
+**Use.** The relaxation is strongest where a device's budget binds and its chains are long (the first device,
+whose first chunk's activations wait for the whole round trip); :func:`devices_to_try` orders devices by
+their closed-form bound. On the split-backward family at P = 16, N = 32, one chunk per device, budget 11, the
+closed-form bound is 116.8 and device 0's relaxation proves 122.7 within seconds; at P = 4, N = 8, two chunks
+in loop placement, budget 2, it proves 30.71 against the closed form's 27.11 (the optimum is 31.09). With two
+chunks on 16 devices CP-SAT often cannot prove the relaxation's optimum within seconds, and the bound then
+stays where the closed form put it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from pipeplan.bounds import device_end_lower_bounds
+from pipeplan.problem import Op, OpKind, Problem
+from pipeplan.simulate import Timeline
+
+OBJECTIVES = ("makespan", "stage_span")
+
+
+@dataclass
+class Chains:
+    """The dependency chains of one microbatch (all microbatches have the same), in ticks: each op's head (its
+    earliest start), its tail (the least time from its end to the end of the last op after it), and for each
+    op, the longest path from its end to the start of every op that depends on it."""
+
+    head: dict[Op, int]
+    tail: dict[Op, int]
+    after: dict[Op, dict[Op, int]]
+
+
+def chains(problem: Problem) -> Chains:
+    """Heads, tails and longest paths of microbatch 0's ops (see :class:`Chains`)."""
+    ops = _dependency_order(problem)
+    duration = {op: int(problem.duration(op)) for op in ops}
+    followers: dict[Op, list[tuple[Op, int]]] = {op: [] for op in ops}
+    head: dict[Op, int] = {}
+    for op in ops:
+        deps = problem.dependencies(op)
+        head[op] = max((head[dep] + duration[dep] + int(lag) for dep, lag in deps), default=0)
+        for dep, lag in deps:
+            followers[dep].append((op, int(lag)))
+    tail: dict[Op, int] = {}
+    for op in reversed(ops):
+        tail[op] = max((lag + duration[nxt] + tail[nxt] for nxt, lag in followers[op]), default=0)
+    after: dict[Op, dict[Op, int]] = {}
+    for index, first in enumerate(ops):
+        gap: dict[Op, int] = {first: 0}  # longest path from the end of ``first`` to the start of each op
+        for op in ops[index + 1:]:
+            reached = [gap[dep] + (0 if dep == first else duration[dep]) + int(lag)
+                       for dep, lag in problem.dependencies(op) if dep in gap]
+            if reached:
+                gap[op] = max(reached)
+        del gap[first]
+        after[first] = gap
+    return Chains(head, tail, after)
+
+
+def _dependency_order(problem: Problem) -> list[Op]:
+    """Microbatch 0's ops so that each comes after its dependencies: forwards up, backwards down, then W."""
+    stages = range(problem.num_model_stages)
+    ops = [problem.op(OpKind.F, s, 0) for s in stages]
+    ops += [problem.op(OpKind.B, s, 0) for s in reversed(stages)]
+    if problem.split_backward:
+        ops += [problem.op(OpKind.W, s, 0) for s in stages]
+    return ops
+
+
+def devices_to_try(problem: Problem) -> list[int]:
+    """Devices whose budget binds, the one with the largest closed-form bound on its last end first."""
+    budget = problem.budget
+    if budget is None:
+        return []
+    ends = device_end_lower_bounds(problem)
+    binding = [d for d in range(problem.num_devices)
+               if problem.num_microbatches * problem.footprint(d) > budget[d] + 1e-9]
+    return sorted(binding, key=lambda d: (-ends[d], d))
+
+
+@dataclass
+class Relaxation:
+    """The CP-SAT model of one device's relaxation (ticks), its start variables and its objective."""
+
+    model: cp_model.CpModel
+    starts: dict[Op, cp_model.IntVar]
+    objective: cp_model.IntVar
+
+    def add_hint(self, timeline: Timeline) -> None:
+        """Hint a whole schedule's starts (ticks, first op at 0) for the device's ops, and its objective."""
+        starts = {op: start for op, start in zip(timeline.ops, timeline.start)}
+        for op, var in self.starts.items():
+            self.model.add_hint(var, int(round(starts[op])))
+
+
+def relaxation(problem: Problem, device: int, objective: str = "makespan", floor: int = 0,
+               memory_precedences: bool = True) -> Relaxation:
+    """Device ``device``'s relaxation of the ticked ``problem`` (see the module docstring); its objective is at
+    least ``floor`` (a bound already proven, in ticks). ``memory_precedences=False`` leaves out the implied
+    precedences (for tests that check they do not change the optimum)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    n = problem.num_microbatches
+    found = chains(problem)
+    stages = problem.stages_on_device(device)
+    mine = [op for op in found.head if op.stage in stages]
+    model = cp_model.CpModel()
+    horizon = int(math.ceil(problem.total_time())) * n + max(found.head.values()) + max(found.tail.values()) + 1
+    objective_var = model.new_int_var(0, horizon, objective)
+    duration = {op: int(problem.duration(op)) for op in mine}
+    starts: dict[Op, cp_model.IntVar] = {}
+    for kind_stage in mine:
+        for m in range(n):
+            op = problem.op(kind_stage.kind, kind_stage.stage, m)
+            starts[op] = model.new_int_var(found.head[kind_stage], horizon, f"{op.kind.value}_s{op.stage}_m{m}")
+    first = starts[problem.op(OpKind.F, stages[0], 0)]
+    for m in range(n):
+        for u in mine:
+            start_u = starts[problem.op(u.kind, u.stage, m)]
+            end_u = start_u + duration[u]
+            if objective == "makespan":
+                model.add(objective_var >= end_u + found.tail[u])
+            else:
+                model.add(objective_var >= end_u - first)
+            for v, gap in found.after[u].items():
+                if v.stage in stages:
+                    model.add(starts[problem.op(v.kind, v.stage, m)] >= end_u + gap)
+            if m + 1 < n:
+                model.add(starts[problem.op(u.kind, u.stage, m + 1)] >= end_u)
+    model.add_no_overlap([model.new_fixed_size_interval_var(var, duration[problem.op(op.kind, op.stage, 0)], "")
+                          for op, var in starts.items()])
+    _add_budget(model, problem, device, starts, horizon)
+    if memory_precedences:
+        _add_memory_precedences(model, problem, device, starts)
+    if floor > 0:
+        model.add(objective_var >= floor)
+    model.minimize(objective_var)
+    return Relaxation(model, starts, objective_var)
+
+
+def _add_budget(model: cp_model.CpModel, problem: Problem, device: int, starts: dict[Op, cp_model.IntVar],
+                horizon: int) -> None:
+    """The device's activations as a cumulative: [start F, end B) and, split, [start F, end W)."""
+    budget = problem.budget
+    if budget is None:
+        return
+    intervals, demands = [], []
+    for s in problem.stages_on_device(device):
+        for m in range(problem.num_microbatches):
+            opens = starts[problem.op(OpKind.F, s, m)]
+            for kind in problem.kinds[1:]:
+                demand = int(problem.released_by(kind, s))
+                if demand <= 0:
+                    continue
+                closes = problem.op(kind, s, m)
+                size = model.new_int_var(0, horizon, "")
+                intervals.append(model.new_interval_var(opens, size, starts[closes] + int(problem.duration(closes)),
+                                                        ""))
+                demands.append(demand)
+    if sum(demands) > budget[device]:
+        model.add_cumulative(intervals, demands, int(budget[device]))
+
+
+def _add_memory_precedences(model: cp_model.CpModel, problem: Problem, device: int,
+                            starts: dict[Op, cp_model.IntVar]) -> None:
+    """F(s, m + k) after B(s, m) ends, with k the least count whose k + 1 microbatches overflow the budget when
+    each holds its activations on s and the device's lower stages (see the module docstring)."""
+    budget = problem.budget
+    if budget is None:
+        return
+    held = 0.0
+    for s in problem.stages_on_device(device):
+        held += problem.activation[s]
+        if held <= 0:
+            continue
+        k = int(math.floor(budget[device] / held + 1e-9))
+        backward = problem.op(OpKind.B, s, 0)
+        for m in range(problem.num_microbatches - k):
+            model.add(starts[problem.op(OpKind.F, s, m + k)]
+                      >= starts[problem.op(OpKind.B, s, m)] + int(problem.duration(backward)))

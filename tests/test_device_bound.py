@@ -1,0 +1,181 @@
+"""The device relaxation (pipeplan.device_bound): a hand case where it beats the closed form, exactness on one
+device, the implied memory precedences, and the bound against every feasible order of tiny problems, optima
+proven without it and every warm start of random problems with unequal costs."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from exhaustive import (
+    OBJECTIVES,
+    feasible_timelines,
+    per_stage_problem,
+    proven_optimum,
+    small_costs,
+    small_problems,
+    tiny_chunk_problems,
+    tiny_problems,
+    value_of,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ortools.sat.python import cp_model
+
+from pipeplan import Problem
+from pipeplan import solver as solver_module
+from pipeplan.bounds import makespan_lower_bound
+from pipeplan.device_bound import chains, devices_to_try, relaxation
+from pipeplan.problem import OpKind
+from pipeplan.solver import solve, tick_problem, warm_starts
+
+EPS = 1e-9
+
+
+def family(p: int, n: int, budget: float) -> Problem:
+    """F:B:W = 1 : 1 : 0.5, comm 0.03, weight_activation 0.35 (the benchmark's split-backward family)."""
+    return Problem.build(num_stages=p, num_microbatches=n, forward=1.0, backward=1.0, backward_weight=0.5,
+                         comm=0.03, weight_activation=0.35, budget=budget)
+
+
+def _solve(problem: Problem, device: int, objective: str = "makespan", limit_s: float = 10,
+           memory_precedences: bool = True) -> tuple[float, bool]:
+    """(CP-SAT's proven bound on the relaxation of ``device``, in the problem's unit; whether it is optimal)."""
+    ticked, scale, exact = tick_problem(problem)
+    assert exact
+    model = relaxation(ticked, device, objective, memory_precedences=memory_precedences)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = limit_s
+    solver.parameters.num_workers = 2
+    status = solver.solve(model.model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return 0.0, False
+    return solver.best_objective_bound / scale, status == cp_model.OPTIMAL
+
+
+def _bound(problem: Problem, objective: str, limit_s: float = 0.5) -> float:
+    """The largest proven bound over every device's relaxation."""
+    return max((_solve(problem, d, objective, limit_s)[0] for d in range(problem.num_devices)), default=0.0)
+
+
+def test_first_device_proves_more_than_the_closed_form() -> None:
+    """P=4, N=8, 2 chunks in loop placement, budget 2: the closed-form bound is 27.11; device 0's relaxation
+    proves 30.71, which the optimum (31.09, proven by CP-SAT on the whole model in about two minutes) and the
+    best warm start respect."""
+    problem = family(4, 8, 2).with_layout(2, "loop")
+    assert makespan_lower_bound(problem) == pytest.approx(27.1145, abs=1e-3)
+    value, optimal = _solve(problem, 0, limit_s=30)
+    assert optimal
+    assert value == pytest.approx(30.71)
+    assert value <= 31.09 + EPS
+    assert warm_starts(problem, "makespan")[0].objective >= value - EPS
+
+
+def test_devices_to_try_put_the_largest_closed_form_bound_first() -> None:
+    problem = family(4, 8, 2).with_layout(2, "loop")
+    order = devices_to_try(problem)
+    assert order[0] == 0
+    assert sorted(order) == [0, 1, 2, 3]
+    assert devices_to_try(problem.with_budget(None)) == []
+    assert devices_to_try(problem.with_budget(16)) == []  # holds all 8 microbatches on both chunks
+
+
+def test_chains_of_a_hand_traced_pipeline() -> None:
+    """P=2, 1 chunk, F 1, B 2, W 0.5, comm 0.25 (ticks of 0.01)."""
+    problem = Problem.build(num_stages=2, num_microbatches=1, forward=1.0, backward=2.0, backward_weight=0.5,
+                            comm=0.25)
+    ticked, scale, _ = tick_problem(problem)
+    found = chains(ticked)
+    f0, f1 = ticked.op(OpKind.F, 0, 0), ticked.op(OpKind.F, 1, 0)
+    b0, b1 = ticked.op(OpKind.B, 0, 0), ticked.op(OpKind.B, 1, 0)
+    w0 = ticked.op(OpKind.W, 0, 0)
+    assert found.head[b0] == (1 + 0.25 + 1 + 2 + 0.25) * scale  # F0, link, F1, B1, link
+    assert found.tail[f0] == (0.25 + 1 + 2 + 0.25 + 2 + 0.5) * scale  # link, F1, B1, link, B0, W0
+    assert found.tail[w0] == 0
+    assert found.after[f0][b0] == (0.25 + 1 + 2 + 0.25) * scale  # the round trip through stage 1
+    assert found.after[f0][f1] == 0.25 * scale
+    assert found.after[b1][b0] == 0.25 * scale
+    assert found.after[b1][w0] == (0.25 + 2) * scale  # link, B0
+    assert f1 not in found.after[b0]  # nothing of stage 1 follows B0
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(2, 4), st.sampled_from([(1, "loop"), (2, "loop")]), st.booleans(),
+       st.integers(min_value=0, max_value=8).map(lambda x: x / 8), st.data())
+def test_one_device_is_the_whole_problem(n: int, layout: tuple[int, str], split: bool, extra: float,
+                                        data: st.DataObject) -> None:
+    """With one device nothing is relaxed: the relaxation's optimum is the problem's."""
+    chunks, placement = layout
+    problem = data.draw(per_stage_problem(1, n, split, small_costs, st.just(extra), chunks, placement))
+    value, optimal = _solve(problem, 0, limit_s=5)
+    optimum = proven_optimum(problem, "makespan")
+    assert optimal and optimum is not None  # a few ops on one device: both prove within a second
+    assert value == pytest.approx(optimum)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(tiny_problems(), tiny_chunk_problems()))
+def test_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem) -> None:
+    bounds = {objective: _bound(problem, objective) for objective in OBJECTIVES}
+    for timeline in feasible_timelines(problem):
+        for objective in OBJECTIVES:
+            assert bounds[objective] <= value_of(timeline, objective) + EPS
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems(), st.sampled_from(OBJECTIVES))
+def test_bound_never_exceeds_an_optimum_proven_without_it(problem: Problem, objective: str) -> None:
+    optimum = proven_optimum(problem, objective)
+    if optimum is not None:
+        assert _bound(problem, objective) <= optimum + EPS
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems())
+def test_memory_precedences_do_not_change_the_optimum(problem: Problem) -> None:
+    with_them, proven = _solve(problem, 0, limit_s=2)
+    without, proven_too = _solve(problem, 0, limit_s=2, memory_precedences=False)
+    if proven and proven_too:
+        assert with_them == pytest.approx(without)
+
+
+@st.composite
+def larger_problems(draw: st.DrawFn) -> Problem:
+    """P 2..5, N 2..8, 1 or 2 chunks (loop or V), split, uneven costs, a budget of one to about three
+    microbatches' footprint."""
+    p = draw(st.integers(2, 5))
+    n = draw(st.integers(2, 8))
+    chunks, placement = draw(st.sampled_from([(1, "loop"), (2, "loop"), (2, "v")]))
+    budget = st.integers(min_value=0, max_value=16).map(lambda x: x / 8)
+    return draw(per_stage_problem(p, n, True, small_costs, budget, chunks, placement))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(larger_problems(), st.sampled_from(OBJECTIVES))
+def test_bound_never_exceeds_a_warm_start(problem: Problem, objective: str) -> None:
+    """Every named schedule, greedy rule and pattern that fits the budget is a feasible schedule."""
+    bound = max((_solve(problem, d, objective, limit_s=0.5)[0] for d in devices_to_try(problem)[:2]), default=0.0)
+    for candidate in warm_starts(problem, objective):
+        assert bound <= candidate.objective + EPS, candidate.schedule.name
+
+
+def test_solver_reports_the_device_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The solver passes the relaxation's proven bound on as its own (here given most of the time)."""
+    monkeypatch.setattr(solver_module, "DEVICE_SHARE", 0.9)
+    problem = family(4, 8, 2).with_layout(2, "loop")
+    result = solve(problem, objective="makespan", time_limit_s=4, num_workers=2)
+    assert result.lower_bound >= 30.71 - 1e-6
+    assert result.lower_bound <= result.objective + EPS
+
+
+def test_stopped_solver_skips_the_relaxation() -> None:
+    problem = family(4, 8, 2).with_layout(2, "loop")
+    stop = solver_module.StopRequest()
+    stop.request()
+    ticked, _, _ = tick_problem(problem)
+    started = time.monotonic()
+    hint = solver_module.simulate(ticked, warm_starts(ticked, "makespan")[0].schedule)
+    assert solver_module._device_bound(ticked, solver_module.SolverSettings(), started + 10, stop,
+                                       math.ceil(makespan_lower_bound(ticked)), hint) == 0.0
+    assert time.monotonic() - started < 5
