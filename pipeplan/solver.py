@@ -4,10 +4,11 @@ The model is built in a fixed order, one function a step: data (integer ticks), 
 schedule and the greedy list schedulers, replayed), variables (one fixed-size interval per op), constraints
 (precedence, no overlap per device, the activation budget as a cumulative, symmetry breaking, lower bounds),
 objective, solve, read back. The whole-model search gets half of the time left after the warm starts
-(:data:`SEARCH_SHARE`); when it does not prove its answer optimal, a large-neighbourhood search around the best
-schedule so far (:mod:`pipeplan.lns`) uses the rest. The schedule read back is only an order per device; the
-simulator replays it in the problem's exact units and that replay is the result, so every number a user sees
-comes from one place.
+(:data:`SEARCH_SHARE`); when it does not prove its answer optimal, the device relaxations of
+:mod:`pipeplan.device_bound` may raise the proven bound (:data:`DEVICE_SHARE` of the time then left) and a
+large-neighbourhood search around the best schedule so far (:mod:`pipeplan.lns`) uses the rest. The schedule
+read back is only an order per device; the simulator replays it in the problem's exact units and that replay is
+the result, so every number a user sees comes from one place.
 
 Objectives:
 
@@ -83,10 +84,10 @@ PROBE_SHARE = 0.25
 # when the budget binds and the best warm start does not meet the closed-form bound.
 SPACING_SHARE = 0.2
 
-# The share of the time left after the window bound that the device relaxations (:mod:`pipeplan.device_bound`)
-# may take when the budget binds and the best warm start does not meet the bound so far, and how many devices
-# (those with the largest closed-form bounds) they are tried on: the first gets two thirds of that time.
-DEVICE_SHARE = 0.2
+# The share of the time left after the whole-model search that the device relaxations
+# (:mod:`pipeplan.device_bound`) may take when the budget binds and that search did not prove its answer, and
+# how many devices (those with the largest closed-form bounds) they are tried on: the first gets two thirds.
+DEVICE_SHARE = 0.3
 DEVICE_TRIES = 2
 
 
@@ -538,18 +539,12 @@ def solve(
     if progress is not None:
         progress(Progress(time.monotonic() - started, best.objective, bound))
     skip = _reason_not_to_search(problem, best, bound, deadline, stop)
-    best_in_ticks = simulate(ticked, best.schedule)
-    for name in ("window bound", "device relaxation"):  # the second starts from the first's bound
-        if skip:
-            break
-        if name == "window bound":
-            ticks = _window_bound(ticked, settings, deadline, stop)
-        else:
-            ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, best_in_ticks)
-        bound_ticks = max(bound_ticks, ticks)
-        if ticks / time_scale > bound:
-            log.info("%s %s above the bound so far %s", name, ticks / time_scale, bound)
-            bound = ticks / time_scale
+    if not skip:
+        window_ticks = _window_bound(ticked, settings, deadline, stop)
+        bound_ticks = max(bound_ticks, window_ticks)
+        if window_ticks / time_scale > bound:
+            log.info("window bound %s above the closed-form bound %s", window_ticks / time_scale, bound)
+            bound = window_ticks / time_scale
             if progress is not None:
                 progress(Progress(time.monotonic() - started, best.objective, bound))
             skip = _reason_not_to_search(problem, best, bound, deadline, stop)
@@ -559,7 +554,7 @@ def solve(
 
     model = _Model(ticked, settings.objective, _horizon(ticked, best.schedule, settings.objective))
     model.add_lower_bound(bound_ticks)
-    model.add_hint(best_in_ticks)
+    model.add_hint(simulate(ticked, best.schedule))
     solver = _solver(settings, _search_deadline(deadline))
     if progress is not None:
         solver.best_bound_callback = lambda value: progress(
@@ -575,6 +570,7 @@ def solve(
     chosen, source, value, raw = best.schedule, best.schedule.name, best.objective, None
     if status != cp_model.UNKNOWN:
         bound = max(bound, solver.best_objective_bound / time_scale)
+        bound_ticks = max(bound_ticks, solver.best_objective_bound)
         solved = _read_order(model, solver, "optimal")
         solved_metrics = compute_metrics(simulate(problem, solved))
         solved_value = objective_of(solved_metrics, settings.objective)
@@ -583,6 +579,14 @@ def solve(
             raw = _solver_times(model, solver, time_scale) if exact else None
         else:
             log.info("the solver's order is no better than warm start %s", best.schedule.name)
+    if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
+        # Only now, so that the problems the whole-model search proves at once pay nothing for it.
+        device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, simulate(ticked, chosen))
+        if device_ticks / time_scale > bound:
+            log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound)
+            bound = device_ticks / time_scale
+            if progress is not None:
+                progress(Progress(time.monotonic() - started, value, bound))
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
         rival = _rival(candidates, (chosen, best.schedule), value)
         found, found_value = _search_around(problem, model, chosen, value, rival, settings, deadline, stop, bound,
