@@ -87,7 +87,7 @@ SPACING_SHARE = 0.2
 # The share of the time left after the whole-model search that the device relaxations
 # (:mod:`pipeplan.device_bound`) may take when the budget binds and that search did not prove its answer, and
 # how many devices (those with the largest closed-form bounds) they are tried on: the first gets two thirds.
-DEVICE_SHARE = 0.3
+DEVICE_SHARE = 0.5
 DEVICE_TRIES = 2
 
 
