@@ -38,13 +38,13 @@ F(s, m + k) starts no earlier than B(s, m) ends. These follow from the model, so
 optimum; written as plain precedences they let CP-SAT's linear relaxation see what the cumulative implies and
 prove the optimum much sooner.
 
-**Use.** The relaxation is strongest where a device's budget binds and its chains are long (the first device,
-whose first chunk's activations wait for the whole round trip); :func:`devices_to_try` orders devices by
-their closed-form bound. On the split-backward family at P = 16, N = 32, one chunk per device, budget 11, the
-closed-form bound is 116.8 and device 0's relaxation proves 122.7 within seconds; at P = 4, N = 8, two chunks
-in loop placement, budget 2, it proves 30.71 against the closed form's 27.11 (the optimum is 31.09). With two
-chunks on 16 devices CP-SAT often cannot prove the relaxation's optimum within seconds, and the bound then
-stays where the closed form put it.
+**Use.** The relaxation is strongest where a device's budget binds and its chains are long (in loop placement the
+first device, whose first chunk's activations wait for the whole round trip; in V the last, at the turn);
+:func:`devices_to_try` orders the devices whose budget binds by their closed-form bound. On the split-backward
+family at P = 16, N = 32, one chunk per device, budget 11, the closed-form bound is 116.8 and device 0's
+relaxation proves 122.7 within seconds; at P = 4, N = 8, two chunks in loop placement, budget 2, it proves 30.71
+against the closed form's 27.11 (the optimum is 31.09). With two chunks on 16 devices CP-SAT often cannot prove
+the relaxation's optimum within seconds, and the bound then stays where the closed form put it.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class Relaxation:
     objective: cp_model.IntVar
 
     def add_hint(self, timeline: Timeline) -> None:
-        """Hint a whole schedule's starts (ticks, first op at 0) for the device's ops, and its objective."""
+        """Hint a whole schedule's starts (ticks, first op at 0) for the device's ops."""
         starts = {op: start for op, start in zip(timeline.ops, timeline.start)}
         for op, var in self.starts.items():
             self.model.add_hint(var, int(round(starts[op])))
@@ -147,7 +147,8 @@ def relaxation(problem: Problem, device: int, objective: str = "makespan", floor
     stages = problem.stages_on_device(device)
     mine = [op for op in found.head if op.stage in stages]
     model = cp_model.CpModel()
-    horizon = int(math.ceil(problem.total_time())) * n + max(found.head.values()) + max(found.tail.values()) + 1
+    # No schedule's makespan exceeds every op time and latency summed (the critical chain runs without gaps).
+    horizon = int(math.ceil(problem.total_time())) + max(found.head.values()) + max(found.tail.values()) + 1
     objective_var = model.new_int_var(0, horizon, objective)
     duration = {op: int(problem.duration(op)) for op in mine}
     starts: dict[Op, cp_model.IntVar] = {}

@@ -581,7 +581,8 @@ def solve(
             log.info("the solver's order is no better than warm start %s", best.schedule.name)
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
-        device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, simulate(ticked, chosen))
+        device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, simulate(ticked, chosen),
+                                     value * time_scale)
         if device_ticks / time_scale > bound:
             log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound)
             bound = device_ticks / time_scale
@@ -606,29 +607,36 @@ def _window_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
 
 
 def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None,
-                  floor_ticks: float, hint: Timeline) -> float:
-    """The best bound (ticks) CP-SAT proves on the device relaxations of :mod:`pipeplan.device_bound`, each given
-    ``floor_ticks`` (a bound already proven) and the best warm start's ``hint`` (ticks), within
-    :data:`DEVICE_SHARE` of the time left, on at most :data:`DEVICE_TRIES` devices; 0 when memory cannot bind."""
+                  floor_ticks: float, hint: Timeline, incumbent_ticks: float) -> float:
+    """The best bound (ticks) CP-SAT proves on the device relaxations of :mod:`pipeplan.device_bound` above
+    ``floor_ticks`` (a bound already proven; 0 when none is above it), with the best schedule so far as ``hint``
+    (ticks, its objective ``incumbent_ticks``), within :data:`DEVICE_SHARE` of the time left, on at most
+    :data:`DEVICE_TRIES` devices whose budget binds. Each device starts from the best bound so far; the tries end
+    when a bound meets the incumbent."""
     if not memory_binds(ticked):
         return 0.0
     now = time.monotonic()
     until = now + DEVICE_SHARE * max(0.0, deadline - now)
     devices = device_bound.devices_to_try(ticked)[:DEVICE_TRIES]
-    best = 0.0
+    best = float(math.ceil(floor_ticks - _EPS))  # the objective in ticks is whole
     for index, device in enumerate(devices):
         left = until - time.monotonic()
-        if left < 0.05 or (stop is not None and stop.requested):
+        if left < 0.05 or best >= incumbent_ticks - _EPS or (stop is not None and stop.requested):
             break
-        relaxation = device_bound.relaxation(ticked, device, settings.objective, floor=math.ceil(floor_ticks - _EPS))
+        device_deadline = time.monotonic() + (left if index == len(devices) - 1 else left * 2 / 3)
+        relaxation = device_bound.relaxation(ticked, device, settings.objective, floor=int(best))
         relaxation.add_hint(hint)
-        solver = _solver(settings, time.monotonic() + (left if index == len(devices) - 1 else left * 2 / 3))
+        solver = _solver(settings, device_deadline)
         status = _run_search(solver, relaxation.model, None, stop)
+        if status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
+            # The hint is a solution of every device's relaxation: either answer here is a bug.
+            raise RuntimeError(f"CP-SAT answered {solver.status_name(status)} on device {device}'s relaxation, "
+                               f"which the best schedule satisfies: {solver.solution_info()}")
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             log.info("device %d relaxation: %s, bound %s ticks", device, solver.status_name(status),
                      solver.best_objective_bound)
             best = max(best, solver.best_objective_bound)
-    return best
+    return best if best > math.ceil(floor_ticks - _EPS) else 0.0
 
 
 def _search_deadline(deadline: float) -> float:
