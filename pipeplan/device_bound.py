@@ -57,6 +57,7 @@ from ortools.sat.python import cp_model
 from pipeplan.bounds import device_end_lower_bounds
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.simulate import Timeline
+from pipeplan.spacing import add_budget
 
 OBJECTIVES = ("makespan", "stage_span")
 
@@ -172,36 +173,14 @@ def relaxation(problem: Problem, device: int, objective: str = "makespan", floor
                 model.add(starts[problem.op(u.kind, u.stage, m + 1)] >= end_u)
     model.add_no_overlap([model.new_fixed_size_interval_var(var, duration[problem.op(op.kind, op.stage, 0)], "")
                           for op, var in starts.items()])
-    _add_budget(model, problem, device, starts, horizon)
+    add_budget(model, problem, device, n, starts, {op: duration[problem.op(op.kind, op.stage, 0)] for op in starts},
+               horizon)
     if memory_precedences:
         _add_memory_precedences(model, problem, device, starts)
     if floor > 0:
         model.add(objective_var >= floor)
     model.minimize(objective_var)
     return Relaxation(model, starts, objective_var)
-
-
-def _add_budget(model: cp_model.CpModel, problem: Problem, device: int, starts: dict[Op, cp_model.IntVar],
-                horizon: int) -> None:
-    """The device's activations as a cumulative: [start F, end B) and, split, [start F, end W)."""
-    budget = problem.budget
-    if budget is None:
-        return
-    intervals, demands = [], []
-    for s in problem.stages_on_device(device):
-        for m in range(problem.num_microbatches):
-            opens = starts[problem.op(OpKind.F, s, m)]
-            for kind in problem.kinds[1:]:
-                demand = int(problem.released_by(kind, s))
-                if demand <= 0:
-                    continue
-                closes = problem.op(kind, s, m)
-                size = model.new_int_var(0, horizon, "")
-                intervals.append(model.new_interval_var(opens, size, starts[closes] + int(problem.duration(closes)),
-                                                        ""))
-                demands.append(demand)
-    if sum(demands) > budget[device]:
-        model.add_cumulative(intervals, demands, int(budget[device]))
 
 
 def _add_memory_precedences(model: cp_model.CpModel, problem: Problem, device: int,

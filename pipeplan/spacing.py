@@ -85,7 +85,7 @@ def solve_window(ticked: Problem, j: int, time_limit_s: float, num_workers: int 
     for d in range(problem.num_devices):
         on_device = [op for op in ops if problem.device_of(op.stage) == d]
         model.add_no_overlap([model.new_fixed_size_interval_var(start[op], length[op], "") for op in on_device])
-        _add_budget(model, problem, d, count, start, length, horizon)
+        add_budget(model, problem, d, count, start, length, horizon)
     smaller = {i: gap for i, gap in (known or {}).items() if i < j}
     for i, gap in smaller.items():
         for m in range(count - i):
@@ -108,9 +108,11 @@ def solve_window(ticked: Problem, j: int, time_limit_s: float, num_workers: int 
     return floor, False
 
 
-def _add_budget(model: cp_model.CpModel, problem: Problem, device: int, count: int,
+def add_budget(model: cp_model.CpModel, problem: Problem, device: int, count: int,
                 start: dict[Op, cp_model.IntVar], length: dict[Op, int], horizon: int) -> None:
-    """The budget of ``device`` over the window's microbatches (memory rules of :class:`Problem`)."""
+    """The budget of ``device`` over microbatches 0 .. ``count`` - 1 as a cumulative (memory rules of
+    :class:`Problem`: [start F, end B) and, split, [start F, end W)); ``start`` and ``length`` hold at least
+    those microbatches' ops on ``device``."""
     budget = problem.budget
     if budget is None:
         return

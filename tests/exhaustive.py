@@ -151,3 +151,9 @@ def proven_optimum(problem: Problem, objective: str) -> float | None:
     if solver.solve(model.model) != cp_model.OPTIMAL:
         return None
     return solver.objective_value / scale
+
+
+def family(p: int, n: int, budget: float) -> Problem:
+    """F:B:W = 1 : 1 : 0.5, comm 0.03, weight_activation 0.35 (the benchmark's split-backward family)."""
+    return Problem.build(num_stages=p, num_microbatches=n, forward=1.0, backward=1.0, backward_weight=0.5,
+                         comm=0.03, weight_activation=0.35, budget=budget)

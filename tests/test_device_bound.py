@@ -10,6 +10,7 @@ import time
 import pytest
 from exhaustive import (
     OBJECTIVES,
+    family,
     feasible_timelines,
     per_stage_problem,
     proven_optimum,
@@ -31,12 +32,6 @@ from pipeplan.problem import OpKind
 from pipeplan.solver import solve, tick_problem, warm_starts
 
 EPS = 1e-9
-
-
-def family(p: int, n: int, budget: float) -> Problem:
-    """F:B:W = 1 : 1 : 0.5, comm 0.03, weight_activation 0.35 (the benchmark's split-backward family)."""
-    return Problem.build(num_stages=p, num_microbatches=n, forward=1.0, backward=1.0, backward_weight=0.5,
-                         comm=0.03, weight_activation=0.35, budget=budget)
 
 
 def _solve(problem: Problem, device: int, objective: str = "makespan", limit_s: float = 10,

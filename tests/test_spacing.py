@@ -7,6 +7,7 @@ import time
 
 import pytest
 from exhaustive import (
+    family,
     feasible_timelines,
     proven_optimum,
     small_problems,
@@ -25,12 +26,6 @@ from pipeplan.solver import OPTIMAL, solve, tick_problem
 from pipeplan.spacing import chain, solve_window, spacing_bound, tail, window_spacing
 
 EPS = 1e-9
-
-
-def family(p: int, n: int, budget: float) -> Problem:
-    """F:B:W = 1 : 1 : 0.5, comm 0.03, weight_activation 0.35 (the benchmark's split-backward family)."""
-    return Problem.build(num_stages=p, num_microbatches=n, forward=1.0, backward=1.0, backward_weight=0.5,
-                         comm=0.03, weight_activation=0.35, budget=budget)
 
 
 def test_windows_measure_the_memory_chain_on_one_chunk() -> None:
