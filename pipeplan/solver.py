@@ -89,6 +89,9 @@ SPACING_SHARE = 0.2
 # how many devices (those with the largest closed-form bounds) they are tried on: the first gets two thirds.
 DEVICE_SHARE = 0.5
 DEVICE_TRIES = 2
+# Below this many seconds for the relaxations they seldom prove anything, and short solves (a frontier at 2 s per
+# budget) lose more in the neighbourhood search than they gain: the relaxations are skipped.
+DEVICE_MIN_S = 2.0
 
 
 class StopRequest:
@@ -610,13 +613,13 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
                   floor_ticks: float, hint: Timeline, incumbent_ticks: float) -> float:
     """The best bound (ticks) CP-SAT proves on the device relaxations of :mod:`pipeplan.device_bound` above
     ``floor_ticks`` (a bound already proven; 0 when none is above it), with the best schedule so far as ``hint``
-    (ticks, its objective ``incumbent_ticks``), within :data:`DEVICE_SHARE` of the time left, on at most
-    :data:`DEVICE_TRIES` devices whose budget binds. Each device starts from the best bound so far; the tries end
-    when a bound meets the incumbent."""
-    if not memory_binds(ticked):
-        return 0.0
+    (ticks, its objective ``incumbent_ticks``), within :data:`DEVICE_SHARE` of the time left (none when that is
+    below :data:`DEVICE_MIN_S`), on at most :data:`DEVICE_TRIES` devices whose budget binds. Each device starts
+    from the best bound so far; the tries end when a bound meets the incumbent."""
     now = time.monotonic()
     until = now + DEVICE_SHARE * max(0.0, deadline - now)
+    if not memory_binds(ticked) or until - now < DEVICE_MIN_S:
+        return 0.0
     devices = device_bound.devices_to_try(ticked)[:DEVICE_TRIES]
     best = float(math.ceil(floor_ticks - _EPS))  # the objective in ticks is whole
     for index, device in enumerate(devices):

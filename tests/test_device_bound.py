@@ -158,12 +158,12 @@ def test_bound_never_exceeds_a_warm_start(problem: Problem, objective: str) -> N
 
 
 def test_solver_reports_the_device_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The solver passes the relaxation's proven bound on as its own (here given most of the time; the
-    whole-model search alone proves about 27 in seconds)."""
+    """The solver passes the relaxation's proven bound on as its own (here given most of the time, above the
+    2 s below which it is skipped; the whole-model search alone proves about 27 in seconds)."""
     monkeypatch.setattr(solver_module, "SEARCH_SHARE", 0.1)
     monkeypatch.setattr(solver_module, "DEVICE_SHARE", 0.9)
     problem = family(4, 8, 2).with_layout(2, "loop")
-    result = solve(problem, objective="makespan", time_limit_s=4, num_workers=2)
+    result = solve(problem, objective="makespan", time_limit_s=6, num_workers=2)
     assert result.lower_bound >= 30.71 - 1e-6
     assert result.lower_bound <= result.objective + EPS
 
