@@ -632,7 +632,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         solver = _solver(settings, device_deadline)
         status = _run_search(solver, relaxation.model, None, stop)
         if status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
-            # The hint is a solution of every device's relaxation: either answer here is a bug.
+            # Every schedule of the problem, relabelled into microbatch order, is a solution: either is a bug.
             raise RuntimeError(f"CP-SAT answered {solver.status_name(status)} on device {device}'s relaxation, "
                                f"which the best schedule satisfies: {solver.solution_info()}")
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
