@@ -75,7 +75,7 @@ class Chains:
 
 def chains(problem: Problem) -> Chains:
     """Heads, tails and longest paths of microbatch 0's ops (see :class:`Chains`)."""
-    ops = _dependency_order(problem)
+    ops = problem.ops_in_dependency_order([0])
     duration = {op: int(problem.duration(op)) for op in ops}
     followers: dict[Op, list[tuple[Op, int]]] = {op: [] for op in ops}
     head: dict[Op, int] = {}
@@ -98,16 +98,6 @@ def chains(problem: Problem) -> Chains:
         del gap[first]
         after[first] = gap
     return Chains(head, tail, after)
-
-
-def _dependency_order(problem: Problem) -> list[Op]:
-    """Microbatch 0's ops so that each comes after its dependencies: forwards up, backwards down, then W."""
-    stages = range(problem.num_model_stages)
-    ops = [problem.op(OpKind.F, s, 0) for s in stages]
-    ops += [problem.op(OpKind.B, s, 0) for s in reversed(stages)]
-    if problem.split_backward:
-        ops += [problem.op(OpKind.W, s, 0) for s in stages]
-    return ops
 
 
 def devices_to_try(problem: Problem) -> list[int]:
@@ -151,17 +141,17 @@ def relaxation(problem: Problem, device: int, objective: str = "makespan", floor
     # No schedule's makespan exceeds every op time and latency summed (the critical chain runs without gaps).
     horizon = int(math.ceil(problem.total_time())) + max(found.head.values()) + max(found.tail.values()) + 1
     objective_var = model.new_int_var(0, horizon, objective)
-    duration = {op: int(problem.duration(op)) for op in mine}
     starts: dict[Op, cp_model.IntVar] = {}
     for kind_stage in mine:
         for m in range(n):
             op = problem.op(kind_stage.kind, kind_stage.stage, m)
             starts[op] = model.new_int_var(found.head[kind_stage], horizon, f"{op.kind.value}_s{op.stage}_m{m}")
+    duration = {op: int(problem.duration(op)) for op in starts}
     first = starts[problem.op(OpKind.F, stages[0], 0)]
     for m in range(n):
         for u in mine:
-            start_u = starts[problem.op(u.kind, u.stage, m)]
-            end_u = start_u + duration[u]
+            op_u = problem.op(u.kind, u.stage, m)
+            end_u = starts[op_u] + duration[op_u]
             if objective == "makespan":
                 model.add(objective_var >= end_u + found.tail[u])
             else:
@@ -171,10 +161,8 @@ def relaxation(problem: Problem, device: int, objective: str = "makespan", floor
                     model.add(starts[problem.op(v.kind, v.stage, m)] >= end_u + gap)
             if m + 1 < n:
                 model.add(starts[problem.op(u.kind, u.stage, m + 1)] >= end_u)
-    model.add_no_overlap([model.new_fixed_size_interval_var(var, duration[problem.op(op.kind, op.stage, 0)], "")
-                          for op, var in starts.items()])
-    add_budget(model, problem, device, n, starts, {op: duration[problem.op(op.kind, op.stage, 0)] for op in starts},
-               horizon)
+    model.add_no_overlap([model.new_fixed_size_interval_var(var, duration[op], "") for op, var in starts.items()])
+    add_budget(model, problem, device, n, starts, duration, horizon)
     if memory_precedences:
         _add_memory_precedences(model, problem, device, starts)
     if floor > 0:

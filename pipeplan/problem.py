@@ -391,6 +391,17 @@ class Problem:
             for kind in self.kinds
         ]
 
+    def ops_in_dependency_order(self, microbatches: Sequence[int] | None = None) -> list[Op]:
+        """The ops of ``microbatches`` (all when None) so that each comes after its dependency: forwards up the
+        stages, backwards down, then W."""
+        stages = range(self.num_model_stages)
+        mbs = range(self.num_microbatches) if microbatches is None else microbatches
+        ops = [self.op(OpKind.F, s, m) for s in stages for m in mbs]
+        ops += [self.op(OpKind.B, s, m) for s in reversed(stages) for m in mbs]
+        if self.split_backward:
+            ops += [self.op(OpKind.W, s, m) for s in stages for m in mbs]
+        return ops
+
     # The memory rules.
 
     def allocated_by(self, kind: OpKind, stage: int) -> float:

@@ -37,7 +37,6 @@ from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
     makespan_lower_bound,
-    memory_binds,
     minimum_budget,
     prove,
     stage_span_lower_bound,
@@ -358,7 +357,7 @@ class _Model:
         """One fixed-size interval per op; its start domain runs from the earliest time its chain allows."""
         problem = self.problem
         earliest: dict[Op, int] = {}  # keyed by op; ops come in dependency order from the chain walk below
-        for op in _ops_in_dependency_order(problem):
+        for op in problem.ops_in_dependency_order():
             duration = int(problem.duration(op))
             lo = max((earliest[dep] + int(problem.duration(dep)) + int(lag)
                       for dep, lag in problem.dependencies(op)), default=0)
@@ -460,17 +459,6 @@ class _Model:
         self.model.add_hint(self.objective, int(round(objective_of(metrics, self.objective_name))))
 
 
-def _ops_in_dependency_order(problem: Problem) -> list[Op]:
-    """All ops so that each comes after its dependency: forwards up the stages, backwards down, then W."""
-    stages = range(problem.num_model_stages)
-    mbs = range(problem.num_microbatches)
-    ops = [problem.op(OpKind.F, s, m) for s in stages for m in mbs]
-    ops += [problem.op(OpKind.B, s, m) for s in reversed(stages) for m in mbs]
-    if problem.split_backward:
-        ops += [problem.op(OpKind.W, s, m) for s in stages for m in mbs]
-    return ops
-
-
 class _Progress(cp_model.CpSolverSolutionCallback):
     """Reports each new solution (and bound) through the user's callback, in the config's unit."""
 
@@ -489,7 +477,7 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 def _read_order(model: _Model, solver: cp_model.CpSolver, name: str) -> Schedule:
     """Per-device orders from the solution: by start, then end (zero-length ops), then dependency order."""
     problem = model.problem
-    rank = {op: i for i, op in enumerate(_ops_in_dependency_order(problem))}  # keyed by op
+    rank = {op: i for i, op in enumerate(problem.ops_in_dependency_order())}  # keyed by op
     orders: list[list[Op]] = [[] for _ in range(problem.num_devices)]
     for op in model.tasks:
         orders[problem.device_of(op.stage)].append(op)
@@ -584,8 +572,7 @@ def solve(
             log.info("the solver's order is no better than warm start %s", best.schedule.name)
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
-        device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, simulate(ticked, chosen),
-                                     value * time_scale)
+        device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale)
         if device_ticks / time_scale > bound:
             log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound)
             bound = device_ticks / time_scale
@@ -610,17 +597,18 @@ def _window_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
 
 
 def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None,
-                  floor_ticks: float, hint: Timeline, incumbent_ticks: float) -> float:
+                  floor_ticks: float, incumbent: Schedule, incumbent_ticks: float) -> float:
     """The best bound (ticks) CP-SAT proves on the device relaxations of :mod:`pipeplan.device_bound` above
-    ``floor_ticks`` (a bound already proven; 0 when none is above it), with the best schedule so far as ``hint``
-    (ticks, its objective ``incumbent_ticks``), within :data:`DEVICE_SHARE` of the time left (none when that is
-    below :data:`DEVICE_MIN_S`), on at most :data:`DEVICE_TRIES` devices whose budget binds. Each device starts
-    from the best bound so far; the tries end when a bound meets the incumbent."""
+    ``floor_ticks`` (a bound already proven; 0 when none is above it), with the best schedule so far, ``incumbent``
+    (its objective ``incumbent_ticks`` in ticks), as the hint, within :data:`DEVICE_SHARE` of the time left (none
+    when that is below :data:`DEVICE_MIN_S`), on at most :data:`DEVICE_TRIES` devices whose budget binds. Each
+    device starts from the best bound so far; the tries end when a bound meets the incumbent."""
     now = time.monotonic()
     until = now + DEVICE_SHARE * max(0.0, deadline - now)
-    if not memory_binds(ticked) or until - now < DEVICE_MIN_S:
+    devices = device_bound.devices_to_try(ticked)[:DEVICE_TRIES]  # none when memory cannot bind
+    if not devices or until - now < DEVICE_MIN_S:
         return 0.0
-    devices = device_bound.devices_to_try(ticked)[:DEVICE_TRIES]
+    hint = simulate(ticked, incumbent)
     best = float(math.ceil(floor_ticks - _EPS))  # the objective in ticks is whole
     for index, device in enumerate(devices):
         left = until - time.monotonic()
