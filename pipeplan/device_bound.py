@@ -38,6 +38,14 @@ F(s, m + k) starts no earlier than B(s, m) ends. These follow from the model, so
 optimum; written as plain precedences they let CP-SAT's linear relaxation see what the cumulative implies and
 prove the optimum much sooner.
 
+**Window cuts.** :mod:`pipeplan.spacing` proves, for small j, a least time delta_j from the start of F(0, m) to
+the start of F(0, m + j) that holds in every schedule in microbatch order. The relaxation of the device holding
+stage 0 takes those it is given as precedences between its own forwards on stage 0. The schedules the argument
+above relabels meet them, so its optimum is still a lower bound. They add what the window bound knows about the
+other devices' collisions to what the relaxation knows about this device's: on the split-backward family at
+P = 16, N = 64, one chunk, budget 11, device 0 with them proves 220.4 in 4.5 s, against 215.9 in 8 s without
+them (the window bound alone: 215.9).
+
 **Use.** The relaxation is strongest where a device's budget binds and its chains are long (in loop placement the
 first device, whose first chunk's activations wait for the whole round trip; in V the last, at the turn);
 :func:`devices_to_try` orders the devices whose budget binds by their closed-form bound. On the split-backward
@@ -53,6 +61,7 @@ closed form put it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -130,10 +139,12 @@ class Relaxation:
 
 
 def relaxation(problem: Problem, device: int, objective: str = "makespan", floor: int = 0,
-               memory_precedences: bool = True) -> Relaxation:
+               memory_precedences: bool = True, spacings: Mapping[int, int] | None = None) -> Relaxation:
     """Device ``device``'s relaxation of the ticked ``problem`` (see the module docstring); its objective is at
     least ``floor`` (a bound already proven, in ticks). ``memory_precedences=False`` leaves out the implied
-    precedences (for tests that check they do not change the optimum)."""
+    precedences (for tests that check they do not change the optimum). ``spacings`` maps window sizes j to
+    proven lower bounds on delta_j (:func:`pipeplan.spacing.window_deltas`, ticks): when the device holds stage
+    0, F(0, m + j) starts at least that long after F(0, m)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     n = problem.num_microbatches
@@ -168,6 +179,10 @@ def relaxation(problem: Problem, device: int, objective: str = "makespan", floor
     add_budget(model, problem, device, n, starts, duration, horizon)
     if memory_precedences:
         _add_memory_precedences(model, problem, device, starts)
+    if spacings and 0 in stages:
+        for j, gap in spacings.items():
+            for m in range(n - j):
+                model.add(starts[problem.op(OpKind.F, 0, m + j)] >= starts[problem.op(OpKind.F, 0, m)] + gap)
     if floor > 0:
         model.add(objective_var >= floor)
     model.minimize(objective_var)

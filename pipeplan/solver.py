@@ -26,7 +26,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -531,8 +531,10 @@ def solve(
     if progress is not None:
         progress(Progress(time.monotonic() - started, best.objective, bound))
     skip = _reason_not_to_search(problem, best, bound, deadline, stop)
+    deltas: dict[int, int] = {}  # the window bound's proven spacings, which also cut a device relaxation
     if not skip:
-        window_ticks = _window_bound(ticked, settings, deadline, stop)
+        deltas = _window_deltas(ticked, settings, deadline, stop)
+        window_ticks = spacing.bound_from(ticked, deltas)
         bound_ticks = max(bound_ticks, window_ticks)
         if window_ticks / time_scale > bound:
             log.info("window bound %s above the closed-form bound %s", window_ticks / time_scale, bound)
@@ -573,7 +575,8 @@ def solve(
             log.info("the solver's order is no better than warm start %s", best.schedule.name)
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
-        device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale)
+        device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale,
+                                     deltas)
         if device_ticks / time_scale > bound:
             log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound)
             bound = device_ticks / time_scale
@@ -588,22 +591,25 @@ def solve(
     return answer.result(chosen, source, bound, search=name, stop=stop, raw=raw)
 
 
-def _window_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None) -> float:
-    """The window bound of :mod:`pipeplan.spacing` in ticks, within :data:`SPACING_SHARE` of the time left."""
+def _window_deltas(ticked: Problem, settings: SolverSettings, deadline: float,
+                   stop: StopRequest | None) -> dict[int, int]:
+    """The spacings of :mod:`pipeplan.spacing` proven within :data:`SPACING_SHARE` of the time left (ticks)."""
     now = time.monotonic()
-    return spacing.spacing_bound(
+    return spacing.window_deltas(
         ticked, now + SPACING_SHARE * max(0.0, deadline - now), num_workers=int(settings.num_workers),
         seed=int(settings.random_seed), should_stop=lambda: stop is not None and stop.requested,
     )
 
 
 def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None,
-                  floor_ticks: float, incumbent: Schedule, incumbent_ticks: float) -> float:
+                  floor_ticks: float, incumbent: Schedule, incumbent_ticks: float,
+                  deltas: Mapping[int, int] | None = None) -> float:
     """The best bound (ticks) CP-SAT proves on the device relaxations of :mod:`pipeplan.device_bound` above
     ``floor_ticks`` (a bound already proven; 0 when none is above it), with the best schedule so far, ``incumbent``
     (its objective ``incumbent_ticks`` in ticks), as the hint, within :data:`DEVICE_SHARE` of the time left (none
     when that is below :data:`DEVICE_MIN_S`), on at most :data:`DEVICE_TRIES` devices whose budget binds. Each
-    device starts from the best bound so far; the tries end when a bound meets the incumbent."""
+    device starts from the best bound so far; the tries end when a bound meets the incumbent. ``deltas``: the
+    spacings the window bound proved, which cut the relaxation of the device holding stage 0."""
     now = time.monotonic()
     until = now + DEVICE_SHARE * max(0.0, deadline - now)
     devices = device_bound.devices_to_try(ticked)[:DEVICE_TRIES]  # none when memory cannot bind
@@ -615,11 +621,11 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         left = until - time.monotonic()
         if left < 0.05 or best >= incumbent_ticks - _EPS or (stop is not None and stop.requested):
             break
-        relaxation = device_bound.relaxation(ticked, device, settings.objective, floor=int(best))
+        relaxation = device_bound.relaxation(ticked, device, settings.objective, floor=int(best), spacings=deltas)
         relaxation.add_hint(hint)
         solver = _solver(settings, until)  # the next device gets what is left when this one proves early
         # Only the bound counts here, and CP-SAT's lower-bound tree search proves it sooner: on the memory-wall
-        # rows it proved at least as much within 8 s on each device tried, several times more on some.
+        # rows it proved at least as much within 8 s on each device tried, and more on several.
         solver.parameters.optimize_with_lb_tree_search = True
         status = _run_search(solver, relaxation.model, None, stop)
         if status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID):

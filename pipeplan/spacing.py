@@ -152,11 +152,27 @@ def spacing_bound(ticked: Problem, deadline: float, num_workers: int = 1, seed: 
     """A lower bound (ticks) on the makespan and on the stage span of the ticked problem from windows of
     growing size, solved until ``deadline`` (time.monotonic()) or a stop; 0 when memory cannot bind (no
     budget, or one that holds every microbatch) or the windows would be too large to build."""
+    return bound_from(ticked, window_deltas(ticked, deadline, num_workers, seed, should_stop))
+
+
+def bound_from(ticked: Problem, deltas: dict[int, int]) -> float:
+    """The bound (ticks) that proven spacings imply (:func:`window_deltas`): their chain over all N plus the
+    tail after F(0, N-1); 0 without any."""
+    if not deltas:
+        return 0.0
+    return float(chain(deltas, ticked.num_microbatches - 1)) + tail(ticked)
+
+
+def window_deltas(ticked: Problem, deadline: float, num_workers: int = 1, seed: int = 0,
+                  should_stop: Callable[[], bool] = lambda: False) -> dict[int, int]:
+    """Proven lower bounds on delta_j (ticks) by window size j, from windows of growing size solved until
+    ``deadline`` (time.monotonic()) or a stop: delta_1 = F(0) and every window tried; none when memory cannot
+    bind (no budget, or one that holds every microbatch)."""
     problem = ticked
     n = problem.num_microbatches
     budget = problem.budget
     if n < 2 or budget is None or not memory_binds(problem):
-        return 0.0
+        return {}
     per_microbatch = problem.num_model_stages * len(problem.kinds)
     # While j + 1 microbatches fit every device's budget, a schedule of them alone may run their forwards on
     # stage 0 back to back (nothing else needs stage 0's device first): delta_j = j F(0), which the chain
@@ -168,4 +184,4 @@ def spacing_bound(ticked: Problem, deadline: float, num_workers: int = 1, seed: 
         if left < 0.05 or should_stop() or (j + 1) * per_microbatch > MAX_WINDOW_OPS:
             break
         deltas[j] = window_spacing(problem, j, min(WINDOW_LIMIT_S, left), num_workers, seed, known=deltas)
-    return float(chain(deltas, n - 1)) + tail(problem)
+    return deltas
