@@ -151,7 +151,8 @@ def spacing_bound(ticked: Problem, deadline: float, num_workers: int = 1, seed: 
                   should_stop: Callable[[], bool] = lambda: False) -> float:
     """A lower bound (ticks) on the makespan and on the stage span of the ticked problem from windows of
     growing size, solved until ``deadline`` (time.monotonic()) or a stop; 0 when memory cannot bind (no
-    budget, or one that holds every microbatch) or the windows would be too large to build."""
+    budget, or one that holds every microbatch). Windows too large to build are left out, so the bound may
+    rest on delta_1 = F(0) alone."""
     return bound_from(ticked, window_deltas(ticked, deadline, num_workers, seed, should_stop))
 
 

@@ -30,7 +30,7 @@ from pipeplan.bounds import makespan_lower_bound
 from pipeplan.device_bound import chains, devices_to_try, relaxation
 from pipeplan.problem import OpKind
 from pipeplan.solver import solve, tick_problem, warm_starts
-from pipeplan.spacing import window_deltas
+from pipeplan.spacing import bound_from, window_deltas
 
 EPS = 1e-9
 
@@ -93,15 +93,22 @@ def test_window_cuts_reach_the_forwards_of_stage_0_only() -> None:
 
 
 def test_window_cuts_raise_a_bound() -> None:
-    """P=4, N=8, 1 chunk, budget 2: the window bound's spacings (proven in well under a second) let device 0's
-    relaxation prove 38.10 where it proves 37.22 alone; no more than the best warm start."""
-    problem = family(4, 8, 2)
-    deltas = _deltas(problem, limit_s=5)
-    plain, proven = _solve(problem, 0, limit_s=10)
-    cut, proven_too = _solve(problem, 0, limit_s=10, spacings=deltas)
-    assert proven and proven_too
-    assert plain == pytest.approx(37.22)
-    assert cut == pytest.approx(38.10)
+    """P=6, N=12, 1 chunk, budget 4: device 0's relaxation alone proves 45.90 and so does the window bound
+    alone; the relaxation with the window bound's spacings as cuts proves 46.34, more than either, and no
+    more than the best warm start. The spacings are ones the window bound proves (at least these: checked
+    first; delta_10 is 3148 when its window is solved to the end), written out so that a window solve slowed
+    down by a loaded machine cannot change what the rest of the test compares."""
+    problem = family(6, 12, 4)
+    ticked, scale, _ = tick_problem(problem)
+    deltas = {1: 100, 4: 1280, 5: 1530, 6: 1780, 7: 2030, 8: 2560, 9: 2854, 10: 3060}  # ticks of 0.01
+    proven = _deltas(problem, limit_s=20)
+    assert all(proven.get(j, 0) >= gap for j, gap in deltas.items())  # so these are proven too
+    assert bound_from(ticked, deltas) / scale == pytest.approx(45.90)
+    plain, optimal = _solve(problem, 0, limit_s=20)
+    cut, optimal_too = _solve(problem, 0, limit_s=20, spacings=deltas)
+    assert optimal and optimal_too
+    assert plain == pytest.approx(45.90)
+    assert cut == pytest.approx(46.34)
     assert cut <= warm_starts(problem, "makespan")[0].objective + EPS
 
 
