@@ -103,12 +103,14 @@ def _restrict(base: LnsModel, timeline: Timeline, window: Neighbourhood, bound: 
 
 def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Callable[[Timeline], float],
             deadline: float, num_workers: int, seed: int = 0, target: float = 0.0,
-            should_stop: Callable[[], bool] = lambda: False) -> Schedule:
+            should_stop: Callable[[], bool] = lambda: False,
+            on_improvement: Callable[[Schedule], None] = lambda schedule: None) -> Schedule:
     """The best schedule found by neighbourhood moves from ``incumbent`` until ``deadline`` (time.monotonic())
     or until its value reaches ``target`` (a proven lower bound, in ticks).
 
     ``problem`` is the ticked problem the model was built from; ``value_of`` gives a replayed timeline's
-    objective in ticks. Returns ``incumbent`` itself when no move improved it.
+    objective in ticks; ``on_improvement`` is given each better schedule as it is found. Returns
+    ``incumbent`` itself when no move improved it.
     """
     best = incumbent
     timeline = simulate(problem, best)
@@ -136,5 +138,6 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
             best, timeline, value = candidate, replay, value_of(replay)
             improved += 1
             log.info("LNS window [%d, %d): %s", window.begin, window.end, value)
+            on_improvement(best)
     log.info("LNS: %d neighbourhoods, %d improvements", tried, improved)
     return best

@@ -575,8 +575,12 @@ def solve(
             log.info("the solver's order is no better than warm start %s", best.schedule.name)
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
+        def proven(ticks: float) -> None:
+            if progress is not None:
+                progress(Progress(time.monotonic() - started, None, ticks / time_scale))
+
         device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale,
-                                     deltas)
+                                     deltas, report=proven)
         if device_ticks / time_scale > bound:
             log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound)
             bound = device_ticks / time_scale
@@ -584,8 +588,14 @@ def solve(
                 progress(Progress(time.monotonic() - started, value, bound))
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
         rival = _rival(candidates, (chosen, best.schedule), value)
+        proven_bound = bound
+
+        def found_better(objective: float) -> None:
+            if progress is not None:
+                progress(Progress(time.monotonic() - started, objective, proven_bound))
+
         found, found_value = _search_around(problem, model, chosen, value, rival, settings, deadline, stop, bound,
-                                            time_scale)
+                                            time_scale, report=found_better)
         if found is not chosen:  # _search_around returns a schedule other than its incumbent only when better
             chosen, source, value, raw = found, "lns", found_value, None
     return answer.result(chosen, source, bound, search=name, stop=stop, raw=raw)
@@ -603,13 +613,16 @@ def _window_deltas(ticked: Problem, settings: SolverSettings, deadline: float,
 
 def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None,
                   floor_ticks: float, incumbent: Schedule, incumbent_ticks: float,
-                  deltas: Mapping[int, int] | None = None) -> float:
+                  deltas: Mapping[int, int] | None = None,
+                  report: Callable[[float], None] = lambda ticks: None) -> float:
     """The best bound (ticks) CP-SAT proves on the device relaxations of :mod:`pipeplan.device_bound` above
     ``floor_ticks`` (a bound already proven; 0 when none is above it), with the best schedule so far, ``incumbent``
     (its objective ``incumbent_ticks`` in ticks), as the hint, within :data:`DEVICE_SHARE` of the time left (none
     when that is below :data:`DEVICE_MIN_S`), on at most :data:`DEVICE_TRIES` devices whose budget binds. Each
     device starts from the best bound so far; the tries end when a bound meets the incumbent. ``deltas``: the
-    spacings the window bound proved, which cut the relaxation of the device holding stage 0."""
+    spacings the window bound proved, which cut the relaxation of the device holding stage 0. ``report`` is
+    given each bound above ``floor_ticks`` and every one before it (ticks) as CP-SAT proves it, so that progress
+    shows while a relaxation runs (it is called from CP-SAT's thread)."""
     now = time.monotonic()
     until = now + DEVICE_SHARE * max(0.0, deadline - now)
     devices = device_bound.devices_to_try(ticked)[:DEVICE_TRIES]  # none when memory cannot bind
@@ -617,6 +630,14 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         return 0.0
     hint = simulate(ticked, incumbent)
     best = float(math.ceil(floor_ticks - _EPS))  # the objective in ticks is whole
+    reported = best
+
+    def proven(ticks: float) -> None:
+        nonlocal reported
+        if ticks > reported:
+            reported = ticks
+            report(ticks)
+
     for device in devices:
         left = until - time.monotonic()
         if left < 0.05 or best >= incumbent_ticks - _EPS or (stop is not None and stop.requested):
@@ -627,6 +648,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         # Only the bound counts here, and CP-SAT's lower-bound tree search proves it sooner: on the memory-wall
         # rows it proved at least as much within 8 s on each device tried, and more on several.
         solver.parameters.optimize_with_lb_tree_search = True
+        solver.best_bound_callback = proven
         status = _run_search(solver, relaxation.model, None, stop)
         if status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
             # Every schedule of the problem, relabelled into microbatch order, is a solution: either is a bug.
@@ -648,13 +670,24 @@ def _search_deadline(deadline: float) -> float:
 
 def _search_around(problem: Problem, model: _Model, incumbent: Schedule, value: float, rival: Schedule | None,
                    settings: SolverSettings, deadline: float, stop: StopRequest | None, bound: float,
-                   time_scale: int) -> tuple[Schedule, float]:
+                   time_scale: int, report: Callable[[float], None] = lambda value: None) -> tuple[Schedule, float]:
     """The best schedule of ``problem`` the neighbourhood search on ``model`` (its ticked version) finds from
     ``incumbent`` (whose objective is ``value``) until ``deadline``, and its objective (``incumbent`` and
     ``value`` when nothing better is found). With a ``rival``, each of the two first gets :data:`PROBE_SHARE`
     of the time and the best schedule found so far the rest. The search ends early when the objective meets
-    ``bound`` (proven; in the problem's unit, ``time_scale`` ticks each) or a stop is requested."""
+    ``bound`` (proven; in the problem's unit, ``time_scale`` ticks each) or a stop is requested. ``report`` is
+    given each objective better than every one before it (the problem's unit) as soon as it is found."""
     best, best_value = incumbent, value
+    reported = value
+
+    def heard(schedule: Schedule) -> None:
+        nonlocal reported
+        metrics = compute_metrics(simulate(problem, schedule))
+        found_value = objective_of(metrics, settings.objective)
+        if metrics.feasible and found_value < reported * (1 - _EPS):
+            reported = found_value
+            report(found_value)
+
     probe = PROBE_SHARE * max(0.0, deadline - time.monotonic())
     starts: list[Schedule | None] = [incumbent, rival] if rival is not None else []
     for phase, start in enumerate([*starts, None]):  # None: the best found so far, until the deadline
@@ -662,7 +695,7 @@ def _search_around(problem: Problem, model: _Model, incumbent: Schedule, value: 
             break
         until = deadline if start is None else min(deadline, time.monotonic() + probe)
         found = _neighbourhood_search(model, best if start is None else start, settings, until, stop,
-                                      target=bound * time_scale, seed_offset=phase)
+                                      target=bound * time_scale, seed_offset=phase, on_improvement=heard)
         metrics = compute_metrics(simulate(problem, found))
         found_value = objective_of(metrics, settings.objective)
         if metrics.feasible and found_value < best_value * (1 - _EPS):
@@ -671,10 +704,12 @@ def _search_around(problem: Problem, model: _Model, incumbent: Schedule, value: 
 
 
 def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSettings, deadline: float,
-                          stop: StopRequest | None, target: float = 0.0, seed_offset: int = 0) -> Schedule:
+                          stop: StopRequest | None, target: float = 0.0, seed_offset: int = 0,
+                          on_improvement: Callable[[Schedule], None] = lambda schedule: None) -> Schedule:
     """The incumbent improved by :func:`pipeplan.lns.improve` on the model's ticked problem until ``deadline``
     or until it reaches ``target`` (a proven bound, in ticks). ``seed_offset`` varies the seed between runs of
-    the search within one solve (the random windows, the sub-solves)."""
+    the search within one solve (the random windows, the sub-solves); ``on_improvement`` is given each better
+    schedule as it is found."""
     problem = model.problem
     base = lns.LnsModel(
         model=model.model,
@@ -689,6 +724,7 @@ def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSe
         deadline=deadline, num_workers=int(settings.num_workers), seed=int(settings.random_seed) + 1000 * seed_offset,
         target=target,
         should_stop=lambda: stop is not None and stop.requested,
+        on_improvement=on_improvement,
     )
 
 

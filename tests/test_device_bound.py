@@ -239,3 +239,37 @@ def test_device_bound_is_zero_unless_above_its_floor_and_stops_at_the_incumbent(
     started = time.monotonic()
     assert solver_module._device_bound(ticked, settings, started + 30, None, floor, incumbent, floor) == 0.0
     assert time.monotonic() - started < 1
+
+
+def test_device_bound_reports_each_higher_bound_as_it_is_proven() -> None:
+    """Progress while a relaxation runs: every report is a bound above the floor and the one before it, and none
+    is above what the relaxation returns (P=4, N=8, loop, budget 2, as above)."""
+    problem = family(4, 8, 2).with_layout(2, "loop")
+    ticked, _, _ = tick_problem(problem)
+    incumbent = warm_starts(ticked, "makespan")[0].schedule
+    floor = math.ceil(makespan_lower_bound(ticked))
+    reports: list[float] = []
+    found = solver_module._device_bound(ticked, solver_module.SolverSettings(), time.monotonic() + 30, None, floor,
+                                        incumbent, math.inf, report=reports.append)
+    assert found >= 3071
+    assert reports, "no bound was reported while the relaxation ran"
+    assert all(before < after for before, after in zip([float(floor), *reports], reports))
+    assert max(reports) <= found
+
+
+def test_solve_reports_relaxation_bounds_and_neighbourhood_finds_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through :func:`solve`: the reports' objectives only fall and their bounds only rise, and the last of each is
+    the answer's (the relaxation and the neighbourhood search report as they go, not only when they end)."""
+    monkeypatch.setattr(solver_module, "SEARCH_SHARE", 0.1)
+    monkeypatch.setattr(solver_module, "DEVICE_SHARE", 0.5)
+    problem = family(4, 8, 2).with_layout(2, "loop")
+    reports: list[solver_module.Progress] = []
+    result = solve(problem, objective="makespan", time_limit_s=8, num_workers=2, random_seed=0,
+                   progress=reports.append)
+    objectives = [r.objective for r in reports if r.objective is not None]
+    bounds = [r.bound for r in reports if r.bound is not None]
+    assert all(after <= before + EPS for before, after in zip(objectives, objectives[1:]))
+    assert all(after >= before - EPS for before, after in zip(bounds, bounds[1:]))
+    assert objectives[-1] == pytest.approx(result.objective)
+    assert bounds[-1] == pytest.approx(result.lower_bound)
+    assert result.lower_bound >= 30.71 - 1e-6  # the relaxation's, reported while it ran

@@ -142,3 +142,30 @@ def test_solve_probes_from_a_rival_warm_start(monkeypatch: pytest.MonkeyPatch) -
     assert_valid(problem, result.timeline, result.metrics)
     assert result.metrics.feasible
     assert result.objective <= candidates[0].objective
+
+
+def test_each_better_schedule_is_heard_as_it_is_found() -> None:
+    """The neighbourhood search hands on every improvement as it finds it (for progress reports), and the
+    search around an incumbent reports only objectives better than all before, the last being its answer."""
+    problem = Problem.build(3, 6, forward=[1.0, 1.5, 1.0], backward=[1.5, 1.0, 2.0], backward_weight=0.5,
+                            comm=0.25, weight_activation=0.5, budget=2)
+    ticked, scale, _ = tick_problem(problem)
+    poor = gpipe_with_flush_size(ticked, 1, name="gpipe-1")
+    model = _Model(ticked, "makespan", _horizon(ticked, poor, "makespan"))
+    settings = SolverSettings(num_workers=1)
+    heard: list[Schedule] = []
+    found = _neighbourhood_search(model, poor, settings, time.monotonic() + 3.0, stop=None,
+                                  on_improvement=heard.append)
+    values = [objective_of(compute_metrics(simulate(problem, s)), "makespan") for s in [poor, *heard]]
+    assert len(values) > 1
+    assert all(after < before for before, after in zip(values, values[1:]))
+    assert heard[-1].orders == found.orders
+
+    before = objective_of(compute_metrics(simulate(problem, poor)), "makespan")
+    reported: list[float] = []
+    best, best_value = _search_around(problem, model, poor, before, None, settings, time.monotonic() + 3.0, None,
+                                      0.0, scale, report=reported.append)
+    assert reported
+    assert all(after < previous for previous, after in zip([before, *reported], reported))
+    assert reported[-1] == pytest.approx(best_value)
+    assert best_value < before
