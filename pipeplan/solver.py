@@ -562,9 +562,11 @@ def solve(
         # MODEL_INVALID here is a bug, never an answer to pass off as a result.
         raise RuntimeError(f"CP-SAT answered {name} on a model that has a solution: {solver.solution_info()}")
     chosen, source, value, raw = best.schedule, best.schedule.name, best.objective, None
+    # CP-SAT's best objective bound is proven whether or not it found a solution (UNKNOWN keeps it too), so a
+    # bound the progress line showed is never dropped.
+    bound = max(bound, solver.best_objective_bound / time_scale)
+    bound_ticks = max(bound_ticks, solver.best_objective_bound)
     if status != cp_model.UNKNOWN:
-        bound = max(bound, solver.best_objective_bound / time_scale)
-        bound_ticks = max(bound_ticks, solver.best_objective_bound)
         solved = _read_order(model, solver, "optimal")
         solved_metrics = compute_metrics(simulate(problem, solved))
         solved_value = objective_of(solved_metrics, settings.objective)
@@ -576,11 +578,11 @@ def solve(
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
         def proven(ticks: float) -> None:
-            if progress is not None:
-                progress(Progress(time.monotonic() - started, None, ticks / time_scale))
+            assert progress is not None
+            progress(Progress(time.monotonic() - started, None, ticks / time_scale))
 
         device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale,
-                                     deltas, report=proven)
+                                     deltas, report=proven if progress is not None else None)
         if device_ticks / time_scale > bound:
             log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound)
             bound = device_ticks / time_scale
@@ -591,11 +593,11 @@ def solve(
         proven_bound = bound
 
         def found_better(objective: float) -> None:
-            if progress is not None:
-                progress(Progress(time.monotonic() - started, objective, proven_bound))
+            assert progress is not None
+            progress(Progress(time.monotonic() - started, objective, proven_bound))
 
         found, found_value = _search_around(problem, model, chosen, value, rival, settings, deadline, stop, bound,
-                                            time_scale, report=found_better)
+                                            time_scale, report=found_better if progress is not None else None)
         if found is not chosen:  # _search_around returns a schedule other than its incumbent only when better
             chosen, source, value, raw = found, "lns", found_value, None
     return answer.result(chosen, source, bound, search=name, stop=stop, raw=raw)
@@ -614,15 +616,15 @@ def _window_deltas(ticked: Problem, settings: SolverSettings, deadline: float,
 def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None,
                   floor_ticks: float, incumbent: Schedule, incumbent_ticks: float,
                   deltas: Mapping[int, int] | None = None,
-                  report: Callable[[float], None] = lambda ticks: None) -> float:
+                  report: Callable[[float], None] | None = None) -> float:
     """The best bound (ticks) CP-SAT proves on the device relaxations of :mod:`pipeplan.device_bound` above
     ``floor_ticks`` (a bound already proven; 0 when none is above it), with the best schedule so far, ``incumbent``
     (its objective ``incumbent_ticks`` in ticks), as the hint, within :data:`DEVICE_SHARE` of the time left (none
     when that is below :data:`DEVICE_MIN_S`), on at most :data:`DEVICE_TRIES` devices whose budget binds. Each
     device starts from the best bound so far; the tries end when a bound meets the incumbent. ``deltas``: the
-    spacings the window bound proved, which cut the relaxation of the device holding stage 0. ``report`` is
-    given each bound above ``floor_ticks`` and every one before it (ticks) as CP-SAT proves it, so that progress
-    shows while a relaxation runs (it is called from CP-SAT's thread)."""
+    spacings the window bound proved, which cut the relaxation of the device holding stage 0. ``report``, when
+    given, hears each bound above ``floor_ticks`` and every one before it (ticks) as CP-SAT proves it, so that
+    progress shows while a relaxation runs (it is called from CP-SAT's thread)."""
     now = time.monotonic()
     until = now + DEVICE_SHARE * max(0.0, deadline - now)
     devices = device_bound.devices_to_try(ticked)[:DEVICE_TRIES]  # none when memory cannot bind
@@ -634,7 +636,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
 
     def proven(ticks: float) -> None:
         nonlocal reported
-        if ticks > reported:
+        if report is not None and ticks > reported:
             reported = ticks
             report(ticks)
 
@@ -648,16 +650,18 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         # Only the bound counts here, and CP-SAT's lower-bound tree search proves it sooner: on the memory-wall
         # rows it proved at least as much within 8 s on each device tried, and more on several.
         solver.parameters.optimize_with_lb_tree_search = True
-        solver.best_bound_callback = proven
+        if report is not None:
+            solver.best_bound_callback = proven
         status = _run_search(solver, relaxation.model, None, stop)
         if status in (cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
             # Every schedule of the problem, relabelled into microbatch order, is a solution: either is a bug.
             raise RuntimeError(f"CP-SAT answered {solver.status_name(status)} on device {device}'s relaxation, "
                                f"which the best schedule satisfies: {solver.solution_info()}")
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            log.info("device %d relaxation: %s, bound %s ticks", device, solver.status_name(status),
-                     solver.best_objective_bound)
-            best = max(best, solver.best_objective_bound)
+        # The bound is proven whatever the status, UNKNOWN included (the tree search may prove one before it
+        # meets a solution, e.g. with one worker).
+        log.info("device %d relaxation: %s, bound %s ticks", device, solver.status_name(status),
+                 solver.best_objective_bound)
+        best = max(best, solver.best_objective_bound)
     return best if best > math.ceil(floor_ticks - _EPS) else 0.0
 
 
@@ -670,18 +674,20 @@ def _search_deadline(deadline: float) -> float:
 
 def _search_around(problem: Problem, model: _Model, incumbent: Schedule, value: float, rival: Schedule | None,
                    settings: SolverSettings, deadline: float, stop: StopRequest | None, bound: float,
-                   time_scale: int, report: Callable[[float], None] = lambda value: None) -> tuple[Schedule, float]:
+                   time_scale: int, report: Callable[[float], None] | None = None) -> tuple[Schedule, float]:
     """The best schedule of ``problem`` the neighbourhood search on ``model`` (its ticked version) finds from
     ``incumbent`` (whose objective is ``value``) until ``deadline``, and its objective (``incumbent`` and
     ``value`` when nothing better is found). With a ``rival``, each of the two first gets :data:`PROBE_SHARE`
     of the time and the best schedule found so far the rest. The search ends early when the objective meets
-    ``bound`` (proven; in the problem's unit, ``time_scale`` ticks each) or a stop is requested. ``report`` is
-    given each objective better than every one before it (the problem's unit) as soon as it is found."""
+    ``bound`` (proven; in the problem's unit, ``time_scale`` ticks each) or a stop is requested. ``report``, when
+    given, hears each objective better than every one before it (the problem's unit) as soon as it is found."""
     best, best_value = incumbent, value
     reported = value
 
     def heard(schedule: Schedule) -> None:
         nonlocal reported
+        if report is None:
+            return
         metrics = compute_metrics(simulate(problem, schedule))
         found_value = objective_of(metrics, settings.objective)
         if metrics.feasible and found_value < reported * (1 - _EPS):

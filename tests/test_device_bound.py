@@ -273,3 +273,21 @@ def test_solve_reports_relaxation_bounds_and_neighbourhood_finds_in_order(monkey
     assert objectives[-1] == pytest.approx(result.objective)
     assert bounds[-1] == pytest.approx(result.lower_bound)
     assert result.lower_bound >= 30.71 - 1e-6  # the relaxation's, reported while it ran
+
+
+def test_a_relaxation_that_ends_unknown_keeps_its_proven_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CP-SAT's best objective bound is proven whatever the status: a relaxation stopped before it met a solution
+    (UNKNOWN, as the tree search can end with one worker) still counts (here the real search, reported UNKNOWN)."""
+    search = solver_module._run_search
+
+    def unknown(*args: object) -> cp_model.CpSolverStatus:
+        search(*args)  # type: ignore[arg-type]
+        return cp_model.UNKNOWN
+
+    monkeypatch.setattr(solver_module, "_run_search", unknown)
+    problem = family(4, 8, 2).with_layout(2, "loop")
+    ticked, _, _ = tick_problem(problem)
+    incumbent = warm_starts(ticked, "makespan")[0].schedule
+    floor = math.ceil(makespan_lower_bound(ticked))
+    assert solver_module._device_bound(ticked, solver_module.SolverSettings(), time.monotonic() + 30, None, floor,
+                                       incumbent, math.inf) >= 3071

@@ -17,6 +17,7 @@ from exhaustive import brute_force, orders_of, per_stage_problem, tiny_problems,
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid, peak_memory
+from ortools.sat.python import cp_model
 
 from pipeplan import (
     ConfigError,
@@ -29,6 +30,8 @@ from pipeplan import (
     load_config,
     simulate,
 )
+from pipeplan import solver as solver_module
+from pipeplan.bounds import makespan_lower_bound
 from pipeplan.schedules import generate_applicable
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.solver import FEASIBLE, OPTIMAL, InfeasibleBudget, Progress, SolveResult, solve
@@ -225,6 +228,28 @@ def test_family_4x8_optimum_beats_the_greedy_warm_start() -> None:
     assert result.best_heuristic.startswith("greedy")
     assert (result.status, result.source) == (OPTIMAL, "cp-sat")
     assert result.objective == pytest.approx(23.09)
+
+
+def test_a_search_that_ends_unknown_keeps_its_proven_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CP-SAT's best bound is proven whatever its status: a whole-model search that proves 28.98 (P=4, N=8,
+    budget 3; the closed form gives 27.36), reported UNKNOWN as when it stops before it meets a solution, still
+    counts. The window bound and the device relaxation get no time, so the bound can only come from it."""
+    search = solver_module._run_search
+
+    def unknown(*args: Any) -> Any:
+        search(*args)
+        return cp_model.UNKNOWN
+
+    monkeypatch.setattr(solver_module, "_run_search", unknown)
+    monkeypatch.setattr(solver_module, "SPACING_SHARE", 0.0)
+    monkeypatch.setattr(solver_module, "DEVICE_SHARE", 0.0)
+    problem = Problem.build(4, 8, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.03, activation=1.0,
+                            weight_activation=0.35, budget=3)
+    result = solve(problem, objective="makespan", time_limit_s=5, num_workers=2)
+    assert makespan_lower_bound(problem) < 28.98 - 0.5
+    assert result.search == "UNKNOWN"
+    assert result.lower_bound == pytest.approx(28.98)
+    check_result(problem, result, "makespan")
 
 
 # ------------------------------------------------------------------------------------------ the seed
