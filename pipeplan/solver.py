@@ -575,14 +575,18 @@ def solve(
             raw = _solver_times(model, solver, time_scale) if exact else None
         else:
             log.info("the solver's order is no better than warm start %s", best.schedule.name)
+    if progress is not None:
+        # The answer so far, replayed: CP-SAT's reports carry its model's objective, which the replay of its
+        # order can beat (or, for the stage span, exceed).
+        progress(Progress(time.monotonic() - started, value, bound))
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
-        def proven(ticks: float) -> None:
-            assert progress is not None
+        def relaxation_proved(ticks: float) -> None:
+            assert progress is not None  # only passed on when there is a callback
             progress(Progress(time.monotonic() - started, None, ticks / time_scale))
 
         device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale,
-                                     deltas, report=proven if progress is not None else None)
+                                     deltas, report=relaxation_proved if progress is not None else None)
         if device_ticks / time_scale > bound:
             log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound)
             bound = device_ticks / time_scale
@@ -590,14 +594,13 @@ def solve(
                 progress(Progress(time.monotonic() - started, value, bound))
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
         rival = _rival(candidates, (chosen, best.schedule), value)
-        proven_bound = bound
 
-        def found_better(objective: float) -> None:
-            assert progress is not None
-            progress(Progress(time.monotonic() - started, objective, proven_bound))
+        def search_found(objective: float) -> None:
+            assert progress is not None  # only passed on when there is a callback
+            progress(Progress(time.monotonic() - started, objective, bound))
 
         found, found_value = _search_around(problem, model, chosen, value, rival, settings, deadline, stop, bound,
-                                            time_scale, report=found_better if progress is not None else None)
+                                            time_scale, report=search_found if progress is not None else None)
         if found is not chosen:  # _search_around returns a schedule other than its incumbent only when better
             chosen, source, value, raw = found, "lns", found_value, None
     return answer.result(chosen, source, bound, search=name, stop=stop, raw=raw)
@@ -623,8 +626,9 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     when that is below :data:`DEVICE_MIN_S`), on at most :data:`DEVICE_TRIES` devices whose budget binds. Each
     device starts from the best bound so far; the tries end when a bound meets the incumbent. ``deltas``: the
     spacings the window bound proved, which cut the relaxation of the device holding stage 0. ``report``, when
-    given, hears each bound above ``floor_ticks`` and every one before it (ticks) as CP-SAT proves it, so that
-    progress shows while a relaxation runs (it is called from CP-SAT's thread)."""
+    given, hears each bound above ``floor_ticks`` rounded up to whole ticks and above every one before it (ticks)
+    as CP-SAT proves it, so that progress shows while a relaxation runs (it is called from CP-SAT's thread, one
+    call at a time)."""
     now = time.monotonic()
     until = now + DEVICE_SHARE * max(0.0, deadline - now)
     devices = device_bound.devices_to_try(ticked)[:DEVICE_TRIES]  # none when memory cannot bind
@@ -786,7 +790,9 @@ def _run_search(solver: cp_model.CpSolver, model: cp_model.CpModel, callback: _P
     try:
         threading.Thread(target=search, name="cp-sat", daemon=True).start()
         while not done.wait(0.05):
-            pass
+            if stop is not None and stop.requested:
+                # Again while it runs: CP-SAT ignores a stop that comes before its search has started.
+                solver.stop_search()
     except BaseException:
         solver.stop_search()
         done.wait()
