@@ -1,4 +1,5 @@
-"""Suite-wide hooks: a visible closing line for tests that could not run on this machine.
+"""Suite-wide hooks and fixtures: a visible closing line for tests that could not run on this machine, and CP-SAT
+searches that end UNKNOWN on demand.
 
 The browser test needs Debian's chromium, the torch tests PyTorch 2.13.0 and the Ray tests Ray; without them
 those tests are skipped (CI installs all three). A skip in the middle of a dotted line is easy to miss, so the
@@ -7,7 +8,28 @@ summary ends with one line naming what did not run and how to install it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from ortools.sat.python import cp_model
+
+from pipeplan import solver as solver_module
+
+
+@pytest.fixture
+def searches_end_unknown(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Every CP-SAT search the solver runs (whole model, device relaxations) runs as usual but reports UNKNOWN,
+    as one stopped before it met a solution would; the list returned gets each search's best bound, in ticks."""
+    search = solver_module._run_search
+    proven: list[float] = []
+
+    def unknown(solver: cp_model.CpSolver, *args: Any) -> cp_model.CpSolverStatus:
+        search(solver, *args)
+        proven.append(solver.best_objective_bound)
+        return cp_model.UNKNOWN
+
+    monkeypatch.setattr(solver_module, "_run_search", unknown)
+    return proven
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

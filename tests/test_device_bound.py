@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 import pytest
 from exhaustive import (
@@ -276,19 +275,11 @@ def test_solve_reports_relaxation_bounds_and_neighbourhood_finds_in_order(monkey
     assert result.lower_bound >= 30.71 - 1e-6  # the relaxation's, reported while it ran
 
 
-def test_a_relaxation_that_ends_unknown_keeps_its_proven_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_relaxation_that_ends_unknown_keeps_its_proven_bound(searches_end_unknown: list[float]) -> None:
     """CP-SAT's best bound is proven whatever the status: a relaxation stopped before it met a solution
     (UNKNOWN, as the tree search can end with one worker) still counts (here the real search, reported
     UNKNOWN; P=4, N=8, loop, budget 2 as above)."""
-    search = solver_module._run_search
-    proven: list[float] = []  # each relaxation's best bound, in ticks
-
-    def unknown(solver: cp_model.CpSolver, *args: Any) -> Any:
-        search(solver, *args)
-        proven.append(solver.best_objective_bound)
-        return cp_model.UNKNOWN
-
-    monkeypatch.setattr(solver_module, "_run_search", unknown)
+    proven = searches_end_unknown  # each relaxation's best bound, in ticks
     problem = family(4, 8, 2).with_layout(2, "loop")
     ticked, _, _ = tick_problem(problem)
     incumbent = warm_starts(ticked, "makespan")[0].schedule

@@ -17,7 +17,6 @@ from exhaustive import brute_force, orders_of, per_stage_problem, tiny_problems,
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid, peak_memory
-from ortools.sat.python import cp_model
 
 from pipeplan import (
     ConfigError,
@@ -230,20 +229,13 @@ def test_family_4x8_optimum_beats_the_greedy_warm_start() -> None:
     assert result.objective == pytest.approx(23.09)
 
 
-def test_a_search_that_ends_unknown_keeps_its_proven_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_search_that_ends_unknown_keeps_its_proven_bound(monkeypatch: pytest.MonkeyPatch,
+                                                         searches_end_unknown: list[float]) -> None:
     """CP-SAT's best bound is proven whatever its status: the whole-model search on P=4, N=8, budget 3 (CP-SAT
     proves its optimum, 28.98, within seconds; the closed form gives 27.36), reported UNKNOWN as when it stops
     before it meets a solution, still gives the answer its bound. The window bound and the device relaxation
     get no time, so the bound can only come from that search."""
-    search = solver_module._run_search
-    proven: list[float] = []  # the search's best bound, in ticks
-
-    def unknown(solver: cp_model.CpSolver, *args: Any) -> Any:
-        search(solver, *args)
-        proven.append(solver.best_objective_bound)
-        return cp_model.UNKNOWN
-
-    monkeypatch.setattr(solver_module, "_run_search", unknown)
+    proven = searches_end_unknown  # the search's best bound, in ticks
     monkeypatch.setattr(solver_module, "SPACING_SHARE", 0.0)
     monkeypatch.setattr(solver_module, "DEVICE_SHARE", 0.0)
     problem = Problem.build(4, 8, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.03, activation=1.0,
