@@ -461,18 +461,24 @@ class _Model:
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
-    """Reports each new solution (and bound) through the user's callback, in the config's unit."""
+    """Reports each new solution (and bound) through the user's callback, in the config's unit.
 
-    def __init__(self, callback: ProgressCallback | None, scale: int, started: float) -> None:
+    A solution's objective is reported only when ``achievable``: when the replay of its order can only do as
+    well (the makespan in exact ticks, as every op then starts no later). A stage span, or times rounded to
+    ticks, can replay worse than CP-SAT's value; those solutions report their bound alone, and the solver
+    reports the replayed answer when the search ends."""
+
+    def __init__(self, callback: ProgressCallback | None, scale: int, started: float, achievable: bool) -> None:
         super().__init__()
         self.callback = callback
         self.scale = scale
         self.started = started
+        self.achievable = achievable
 
     def on_solution_callback(self) -> None:
         if self.callback is not None:
-            self.callback(Progress(time.monotonic() - self.started, self.objective_value / self.scale,
-                                   self.best_objective_bound / self.scale))
+            objective = self.objective_value / self.scale if self.achievable else None
+            self.callback(Progress(time.monotonic() - self.started, objective, self.best_objective_bound / self.scale))
 
 
 def _read_order(model: _Model, solver: cp_model.CpSolver, name: str) -> Schedule:
@@ -554,7 +560,8 @@ def solve(
         solver.best_bound_callback = lambda value: progress(
             Progress(time.monotonic() - started, None, value / time_scale)
         )
-    status = _run_search(solver, model.model, _Progress(progress, time_scale, started), stop)
+    status = _run_search(solver, model.model,
+                         _Progress(progress, time_scale, started, settings.objective == "makespan" and exact), stop)
     name = solver.status_name(status)
     log.info("CP-SAT status %s in %.2f s", name, solver.wall_time)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
