@@ -534,8 +534,13 @@ def solve(
     bound_ticks = _analytic_bound(ticked, settings.objective)  # the largest bound proven so far, in ticks
     bound = bound_ticks / time_scale
     answer = _Answer(problem, settings.objective, best, candidates, time_scale, exact, started)
-    if progress is not None:
-        progress(Progress(time.monotonic() - started, best.objective, bound))
+
+    def tell(objective: float | None, proven: float | None) -> None:
+        """One progress report (the config's unit), when someone listens."""
+        if progress is not None:
+            progress(Progress(time.monotonic() - started, objective, proven))
+
+    tell(best.objective, bound)
     skip = _reason_not_to_search(problem, best, bound, deadline, stop)
     deltas: dict[int, int] = {}  # the window bound's proven spacings, which also cut a device relaxation
     if not skip:
@@ -545,8 +550,7 @@ def solve(
         if window_ticks / time_scale > bound:
             log.info("window bound %s above the closed-form bound %s", window_ticks / time_scale, bound)
             bound = window_ticks / time_scale
-            if progress is not None:
-                progress(Progress(time.monotonic() - started, best.objective, bound))
+            tell(best.objective, bound)
             skip = _reason_not_to_search(problem, best, bound, deadline, stop)
     if skip:
         log.info("no CP-SAT search: %s", skip)
@@ -557,9 +561,7 @@ def solve(
     model.add_hint(simulate(ticked, best.schedule))
     solver = _solver(settings, _search_deadline(deadline))
     if progress is not None:
-        solver.best_bound_callback = lambda value: progress(
-            Progress(time.monotonic() - started, None, value / time_scale)
-        )
+        solver.best_bound_callback = lambda ticks: tell(None, ticks / time_scale)
     status = _run_search(solver, model.model,
                          _Progress(progress, time_scale, started, settings.objective == "makespan" and exact), stop)
     name = solver.status_name(status)
@@ -582,32 +584,23 @@ def solve(
             raw = _solver_times(model, solver, time_scale) if exact else None
         else:
             log.info("the solver's order is no better than warm start %s", best.schedule.name)
-    if progress is not None:
-        # The answer so far, replayed: CP-SAT's reports carry its model's objective, which the replay of its
-        # order can beat (or, for the stage span, exceed).
-        progress(Progress(time.monotonic() - started, value, bound))
+    # The answer so far, replayed: CP-SAT's reports carry its model's objective, which the replay of its order
+    # can beat (or, for the stage span, exceed).
+    tell(value, bound)
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
-        def relaxation_proved(ticks: float) -> None:
-            assert progress is not None  # only passed on when there is a callback
-            progress(Progress(time.monotonic() - started, None, ticks / time_scale))
-
+        proved = (lambda ticks: tell(None, ticks / time_scale)) if progress is not None else None
         device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale,
-                                     deltas, report=relaxation_proved if progress is not None else None)
+                                     deltas, report=proved)
         if device_ticks / time_scale > bound:
             log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound)
             bound = device_ticks / time_scale
-            if progress is not None:
-                progress(Progress(time.monotonic() - started, value, bound))
+            tell(value, bound)
     if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
         rival = _rival(candidates, (chosen, best.schedule), value)
-
-        def search_found(objective: float) -> None:
-            assert progress is not None  # only passed on when there is a callback
-            progress(Progress(time.monotonic() - started, objective, bound))
-
+        better = (lambda objective: tell(objective, bound)) if progress is not None else None
         found, found_value = _search_around(problem, model, chosen, value, rival, settings, deadline, stop, bound,
-                                            time_scale, report=search_found if progress is not None else None)
+                                            time_scale, report=better)
         if found is not chosen:  # _search_around returns a schedule other than its incumbent only when better
             chosen, source, value, raw = found, "lns", found_value, None
     return answer.result(chosen, source, bound, search=name, stop=stop, raw=raw)
