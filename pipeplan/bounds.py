@@ -235,6 +235,12 @@ def _chunk_windows_idle(problem: Problem, device: int, trips: list[float]) -> fl
       its weight share. Microbatch m* itself holds its activations on hi and every lower stage of the device
       (their B come after B(hi, m*)), and none of its ops runs in the window. So the window's work is at most
       :func:`_most_work` of the B + W and W kinds within the budget less m*'s share; the rest is idle.
+    - Longer tail window: the same from t1 to the end of B(lo, m*), which comes no earlier than B(hi, m*)'s start
+      plus B(hi) and the chain of backwards and links from hi - 1 down to lo. No forward runs there either, and
+      every op in it still belongs to a microbatch live at t1; m*'s own ops in it are at most its B on every
+      stage of the device and its W on every stage but lo (W(lo, m*) follows B(lo, m*)). The tail idle is the
+      larger of the two windows' (the longer window pays for m*'s ops, which pays off when lo and hi are far
+      apart in the model, as in loop placement).
 
     When the budget cannot hold all N microbatches on hi (each holding its activations on hi and the lower
     stages of the device), some B(hi, m) ended by the start of F(hi, m*), when every forward of hi had started;
@@ -256,7 +262,11 @@ def _chunk_windows_idle(problem: Problem, device: int, trips: list[float]) -> fl
     backwards += [(problem.backward_weight[s], problem.weight_activation[s], n) for s in stages]
     tail_window = trips[hi] - problem.forward[hi]
     footprint = problem.footprint(device)  # what one microbatch holds on the device while live on hi
-    tail = max(0.0, tail_window - _most_work(backwards, room - footprint))
+    others = _most_work(backwards, room - footprint)
+    down = sum(problem.link_latency(u) + problem.backward[u] for u in range(lo, hi))
+    longer_window = tail_window + problem.backward[hi] + down
+    own = sum(problem.backward[s] + problem.backward_weight[s] for s in stages) - problem.backward_weight[lo]
+    tail = max(0.0, tail_window - others, longer_window - own - others)
     return head + tail if n * footprint > room else max(head, tail)
 
 

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 import pytest
-from exhaustive import feasible_timelines, tiny_chunk_problems, tiny_problems, value_of
+from exhaustive import family, feasible_timelines, tiny_chunk_problems, tiny_problems, value_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import uneven_stage_values
@@ -154,6 +154,22 @@ def test_a_budget_leaves_idle_time_at_both_ends_of_a_device_with_two_chunks() ->
     assert makespan_lower_bound(problem) == pytest.approx(9.0)
     result = solve(problem, objective="makespan", time_limit_s=30, num_workers=2)
     assert result.status == OPTIMAL and result.objective == pytest.approx(10.0)
+
+
+def test_the_tail_window_runs_down_to_the_devices_lowest_stage() -> None:
+    """P=4, N=6, two chunks in loop placement (device 0 holds stages 0 and 4), the benchmark family per chunk:
+    F = B = 0.5, W = 0.25, links 0.03, activation 0.5 (0.175 kept for W), budget 3. Device 0 works 15.
+    Head window: F(0) to B(4) is 4 x 0.53 + stage 4's round trip 3.68 = 5.80, forwards fill 3 of it: 2.80 idle.
+    Tail window: after the last F(4) ends, its round trip leaves 3.18 before B(4) and then B(4) 0.5 and the
+    backwards and links from stage 3 down to stage 0, 4 x 0.53: 5.80 before B(0) ends. The last microbatch holds
+    1 of the budget; the other 2 fill at most 3 (B + W per 0.5 of activation) and its own B(4), W(4) and B(0)
+    1.25: 1.55 idle, where the window up to B(4) alone leaves 0.18. So 15 + 2.80 + 1.55 = 19.35 (17.98 with the
+    short window), and CP-SAT finds a schedule of exactly 19.35: the bound is the optimum."""
+    problem = family(4, 6, 3).with_layout(2, "loop")
+    assert device_lower_bounds(problem)[0] == pytest.approx((0.0, 19.35))
+    assert makespan_lower_bound(problem) == pytest.approx(19.35)
+    result = solve(problem, objective="makespan", time_limit_s=30, num_workers=2)
+    assert result.status == OPTIMAL and result.objective == pytest.approx(19.35)
 
 
 def test_the_memory_area_bound_sees_memory_fill_and_drain() -> None:
