@@ -236,16 +236,17 @@ def _chunk_windows_idle(problem: Problem, device: int, trips: list[float]) -> fl
       (their B come after B(hi, m*)), and none of its ops runs in the window. So the window's work is at most
       :func:`_most_work` of the B + W and W kinds within the budget less m*'s share; the rest is idle.
     - Longer tail window: the same from t1 to the end of B(lo, m*), which comes no earlier than B(hi, m*)'s start
-      plus B(hi) and the chain of backwards and links from hi - 1 down to lo. No forward runs there either, and
-      every op in it still belongs to a microbatch live at t1; m*'s own ops in it are at most its B on every
-      stage of the device and its W on every stage but lo (W(lo, m*) follows B(lo, m*)). The tail idle is the
-      larger of the two windows' (the longer window pays for m*'s ops, which pays off when lo and hi are far
-      apart in the model, as in loop placement).
+      plus B(hi), then the link into hi - 1 and the backwards and links from there down to the end of B(lo) (a
+      chain that may pass through other devices; links between stages of one device take no time). No forward
+      runs there either, and every op in it still belongs to a microbatch live at t1; m*'s own ops in it are at
+      most its B on every stage of the device and its W on every stage but lo (W(lo, m*) follows B(lo, m*)).
+      The tail idle is the larger of the two windows' (the longer window pays for m*'s ops, which pays off when
+      lo and hi are far apart in the model, as in loop placement).
 
     When the budget cannot hold all N microbatches on hi (each holding its activations on hi and the lower
     stages of the device), some B(hi, m) ended by the start of F(hi, m*), when every forward of hi had started;
     that B started at T0 + L or later, so the head window ends before t1 and the two idle times add. Otherwise
-    the larger one counts. Both windows lie within the device's span.
+    the larger one counts. Every window lies within the device's span.
     """
     budget = problem.budget
     if budget is None:

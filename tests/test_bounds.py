@@ -14,8 +14,10 @@ import pytest
 from exhaustive import family, feasible_timelines, tiny_chunk_problems, tiny_problems, value_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ortools.sat.python import cp_model
 from strategies import uneven_stage_values
 
+import pipeplan.solver as solver_module
 from pipeplan import Problem, Timeline, compute_metrics, simulate
 from pipeplan.bounds import (
     FEASIBLE,
@@ -34,7 +36,7 @@ from pipeplan.bounds import (
 from pipeplan.schedules import generate_applicable
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.schedules.greedy import greedy_schedules
-from pipeplan.solver import solve
+from pipeplan.solver import _Model, solve, tick_problem
 
 EPS = 1e-9
 
@@ -170,6 +172,30 @@ def test_the_tail_window_runs_down_to_the_devices_lowest_stage() -> None:
     assert makespan_lower_bound(problem) == pytest.approx(19.35)
     result = solve(problem, objective="makespan", time_limit_s=30, num_workers=2)
     assert result.status == OPTIMAL and result.objective == pytest.approx(19.35)
+
+
+@pytest.mark.parametrize("problem", [
+    family(3, 6, 2).with_layout(2, "loop"),
+    family(4, 6, 2.75).with_layout(2, "loop"),
+    Problem.build(num_stages=3, num_microbatches=3, num_chunks=2, placement="loop",
+                  forward=[1.25, 1.5, 0.25, 1.25, 0.25, 1.25], backward=[0.5, 0.25, 1.0, 1.25, 0.25, 0.25],
+                  backward_weight=[1.25, 0.5, 1.5, 1.5, 0.75, 0.5], comm=0.25,
+                  activation=[2.0, 2.0, 1.0, 2.0, 2.0, 2.0], weight_activation=0.25, budget=4),
+], ids=["family-3x6-b2", "family-4x6-b2.75", "uneven-3x3-b4"])
+def test_the_tail_window_stays_below_an_optimum_proven_without_any_closed_form_bound(problem: Problem) -> None:
+    """Problems where the longer tail window raises the bound (18.67, 19.97 and 30.00 against 17.83, 18.60 and
+    29.50 with the window up to B(hi) alone): CP-SAT proves the optimum of the model with the closed-form bound
+    taken out of it (so the proof cannot lean on the bound under test), and the bound is at most that optimum."""
+    ticked, scale, exact = tick_problem(problem)
+    assert exact
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(solver_module, "makespan_lower_bound", lambda _: 0.0)
+        model = _Model(ticked, "makespan", int(math.ceil(ticked.total_time())))  # every op and link in a row
+    cp_solver = cp_model.CpSolver()
+    cp_solver.parameters.max_time_in_seconds = 30
+    cp_solver.parameters.num_workers = 2
+    assert cp_solver.solve(model.model) == cp_model.OPTIMAL
+    assert makespan_lower_bound(problem) <= cp_solver.objective_value / scale + EPS
 
 
 def test_the_memory_area_bound_sees_memory_fill_and_drain() -> None:
