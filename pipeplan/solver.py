@@ -532,7 +532,6 @@ def solve(
         )
     best = candidates[0]
     bound_ticks = _analytic_bound(ticked, settings.objective)  # the largest bound proven so far, in ticks
-    bound = bound_ticks / time_scale
     answer = _Answer(problem, settings.objective, best, candidates, time_scale, exact, started)
 
     def tell(objective: float | None, proven: float | None) -> None:
@@ -540,21 +539,24 @@ def solve(
         if progress is not None:
             progress(Progress(time.monotonic() - started, objective, proven))
 
-    tell(best.objective, bound)
-    skip = _reason_not_to_search(problem, best, bound, deadline, stop)
+    def bound() -> float:
+        """The largest bound proven so far, in the config's unit."""
+        return bound_ticks / time_scale
+
+    tell(best.objective, bound())
+    skip = _reason_not_to_search(problem, best, bound(), deadline, stop)
     deltas: dict[int, int] = {}  # the window bound's proven spacings, which also cut a device relaxation
     if not skip:
         deltas = _window_deltas(ticked, settings, deadline, stop)
         window_ticks = spacing.bound_from(ticked, deltas)
-        bound_ticks = max(bound_ticks, window_ticks)
-        if window_ticks / time_scale > bound:
-            log.info("window bound %s above the closed-form bound %s", window_ticks / time_scale, bound)
-            bound = window_ticks / time_scale
-            tell(best.objective, bound)
-            skip = _reason_not_to_search(problem, best, bound, deadline, stop)
+        if window_ticks > bound_ticks:
+            log.info("window bound %s above the closed-form bound %s", window_ticks / time_scale, bound())
+            bound_ticks = window_ticks
+            tell(best.objective, bound())
+            skip = _reason_not_to_search(problem, best, bound(), deadline, stop)
     if skip:
         log.info("no CP-SAT search: %s", skip)
-        return answer.result(best.schedule, best.schedule.name, bound, search=skip, stop=stop)
+        return answer.result(best.schedule, best.schedule.name, bound(), search=skip, stop=stop)
 
     model = _Model(ticked, settings.objective, _horizon(ticked, best.schedule, settings.objective))
     model.add_lower_bound(bound_ticks)
@@ -573,7 +575,6 @@ def solve(
     chosen, source, value, raw = best.schedule, best.schedule.name, best.objective, None
     # CP-SAT's best objective bound is proven whether or not it found a solution (UNKNOWN keeps it too), so a
     # bound the progress line showed is never dropped.
-    bound = max(bound, solver.best_objective_bound / time_scale)
     bound_ticks = max(bound_ticks, solver.best_objective_bound)
     if status != cp_model.UNKNOWN:
         solved = _read_order(model, solver, "optimal")
@@ -586,24 +587,24 @@ def solve(
             log.info("the solver's order is no better than warm start %s", best.schedule.name)
     # The answer so far, replayed: CP-SAT's reports carry its model's objective, which the replay of its order
     # can beat (or, for the stage span, exceed).
-    tell(value, bound)
-    if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
+    tell(value, bound())
+    if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
         proved = (lambda ticks: tell(None, ticks / time_scale)) if progress is not None else None
         device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale,
                                      deltas, report=proved)
-        if device_ticks / time_scale > bound:
-            log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound)
-            bound = device_ticks / time_scale
-            tell(value, bound)
-    if status != cp_model.OPTIMAL and value > bound * (1 + _EPS):
+        if device_ticks > bound_ticks:
+            log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound())
+            bound_ticks = device_ticks
+            tell(value, bound())
+    if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
         rival = _rival(candidates, (chosen, best.schedule), value)
-        better = (lambda objective: tell(objective, bound)) if progress is not None else None
-        found, found_value = _search_around(problem, model, chosen, value, rival, settings, deadline, stop, bound,
+        better = (lambda objective: tell(objective, bound())) if progress is not None else None
+        found, found_value = _search_around(problem, model, chosen, value, rival, settings, deadline, stop, bound(),
                                             time_scale, report=better)
         if found is not chosen:  # _search_around returns a schedule other than its incumbent only when better
             chosen, source, value, raw = found, "lns", found_value, None
-    return answer.result(chosen, source, bound, search=name, stop=stop, raw=raw)
+    return answer.result(chosen, source, bound(), search=name, stop=stop, raw=raw)
 
 
 def _window_deltas(ticked: Problem, settings: SolverSettings, deadline: float,
