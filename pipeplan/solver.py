@@ -32,7 +32,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from pipeplan import device_bound, lns, periodic, schedules, spacing
+from pipeplan import device_bound, lattice, lns, periodic, schedules, spacing
 from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
@@ -78,6 +78,10 @@ SEARCH_SHARE = 0.5
 # of the neighbourhood search's time, and the best found so far the rest (see _search_around).
 RIVAL_MARGIN = 0.03
 PROBE_SHARE = 0.25
+
+# The share of the time left before the deadline that the lattice warm start (:mod:`pipeplan.lattice`) may take;
+# it tries its densest patterns first and keeps the fastest that fits when time runs out.
+LATTICE_SHARE = 0.2
 
 # The share of the time left after the warm starts that the window bound (:mod:`pipeplan.spacing`) may take
 # when the budget binds and the best warm start does not meet the closed-form bound.
@@ -285,9 +289,10 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
 
     The named schedules, GPipe one microbatch at a time (which fits any budget that admits a schedule) and the
     ``extra`` ones always run; the greedy list schedulers, interleaved zero bubble with smaller groups
-    (:func:`~pipeplan.schedules.interleaved_zb.smaller_groups`) and the periodic pattern
-    (:mod:`pipeplan.periodic`) only while ``time.monotonic()`` is before ``deadline`` and no stop is
-    requested. ``ticked`` is the problem in ticks (:func:`tick_problem`), computed when None.
+    (:func:`~pipeplan.schedules.interleaved_zb.smaller_groups`), the periodic pattern (:mod:`pipeplan.periodic`)
+    and the lattice (:mod:`pipeplan.lattice`, for at most :data:`LATTICE_SHARE` of the time left) only while
+    ``time.monotonic()`` is before ``deadline`` and no stop is requested. ``ticked`` is the problem in ticks
+    (:func:`tick_problem`), computed when None.
     """
     found: list[tuple[Schedule, bool]] = [(s, True) for s in schedules.generate_applicable(problem)[0]]
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
@@ -307,6 +312,10 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
     repeated = periodic.periodic_schedule(ticked, problem, deadline, stopped)
     if repeated is not None:
         found.append((repeated, False))
+    now = time.monotonic()
+    on_lattice = lattice.search(problem, now + LATTICE_SHARE * max(0.0, deadline - now), stopped)
+    if on_lattice is not None:
+        found.append((on_lattice[0], False))
     candidates = []
     for schedule, named in found:
         try:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from exhaustive import per_stage_problem
 from hypothesis import strategies as st
+
+from pipeplan import Problem
 
 times = st.integers(min_value=1, max_value=24).map(lambda x: x / 8)
 comms = st.integers(min_value=0, max_value=6).map(lambda x: x / 8)
@@ -35,3 +38,15 @@ def uneven_stage_values(draw: st.DrawFn, size: int, p: int) -> dict[str, Any]:
         "weight_activation": [a * s / 4 for a, s in zip(activation, shares)],
         "budget": draw(st.one_of(st.none(), st.integers(min_value=max(activation), max_value=3 * p * 4))),
     }
+
+
+@st.composite
+def binding_problems(draw: st.DrawFn) -> Problem:
+    """P 2..6, N 2..12, 1 or 2 chunks (loop or V), split or not, unequal per-stage costs (0.25..4) and
+    activations, a budget from one microbatch's footprint to about three."""
+    costs = st.integers(min_value=1, max_value=16).map(lambda x: x / 4)
+    p = draw(st.integers(2, 6))
+    n = draw(st.integers(2, 12))
+    num_chunks, placement = draw(st.sampled_from([(1, "loop"), (2, "loop"), (2, "v")]))
+    budget = st.integers(min_value=0, max_value=16).map(lambda x: x / 8)
+    return draw(per_stage_problem(p, n, draw(st.booleans()), costs, budget, num_chunks, placement))

@@ -6,28 +6,14 @@ import math
 import time
 
 import pytest
-from exhaustive import per_stage_problem
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from invariants import assert_valid
+from strategies import binding_problems
 
 from pipeplan import compute_metrics, simulate
 from pipeplan.periodic import _free_start, least_period, periodic_schedule, place, scan, steady_peaks
 from pipeplan.problem import OpKind, Problem
 from pipeplan.solver import tick_problem, warm_starts
-
-costs = st.integers(min_value=1, max_value=16).map(lambda x: x / 4)
-
-
-@st.composite
-def binding_problems(draw: st.DrawFn) -> Problem:
-    """P 2..6, N 2..12, 1 or 2 chunks (loop or V), split or not, unequal per-stage costs and activations, a
-    budget from one microbatch's footprint to about three."""
-    p = draw(st.integers(2, 6))
-    n = draw(st.integers(2, 12))
-    num_chunks, placement = draw(st.sampled_from([(1, "loop"), (2, "loop"), (2, "v")]))
-    budget = st.integers(min_value=0, max_value=16).map(lambda x: x / 8)
-    return draw(per_stage_problem(p, n, draw(st.booleans()), costs, budget, num_chunks, placement))
 
 
 def two_stages(budget: float, n: int = 4) -> Problem:
@@ -121,11 +107,13 @@ def test_every_pattern_is_a_valid_schedule_within_budget(problem: Problem) -> No
 
 def test_the_solver_gets_the_pattern_as_a_warm_start() -> None:
     """Two chunks in V placement at 3 activations of 8 devices: the list schedulers collide, the pattern
-    (period 3.62 against 2.5 of work per microbatch) is the best warm start by far."""
+    (period 3.62 against 2.5 of work per microbatch) is the best warm start, the lattice (no microbatch waits)
+    next, and the others far behind."""
     problem = Problem.build(num_stages=8, num_microbatches=16, forward=1.0, backward=1.0, backward_weight=0.5,
                             comm=0.03, activation=1.0, weight_activation=0.35, budget=3.0).with_layout(2, "v")
     candidates = warm_starts(problem, "makespan")
     assert candidates[0].schedule.name == "periodic"
     assert candidates[0].objective == pytest.approx(70.45)
-    others = [c.objective for c in candidates if c.schedule.name != "periodic"]
+    assert candidates[1].schedule.name == "lattice"
+    others = [c.objective for c in candidates if c.schedule.name not in ("periodic", "lattice")]
     assert min(others) > 79

@@ -1,0 +1,123 @@
+"""The lattice warm start: microbatches started on a grid of cells, each crossing the pipeline without waiting."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from invariants import assert_valid
+from strategies import binding_problems
+
+from pipeplan import compute_metrics, simulate
+from pipeplan.lattice import cell, fits, lattice_schedule, patterns, search, start_cells
+from pipeplan.problem import OpKind, Problem
+from pipeplan.schedule import check_complete
+from pipeplan.solver import warm_starts
+
+
+def one_chunk(p: int, n: int, budget: float | None, forward: float = 1.0, backward: float = 2.0,
+              weight: float = 1.0, comm: float = 0.5) -> Problem:
+    return Problem.build(num_stages=p, num_microbatches=n, forward=forward, backward=backward,
+                         backward_weight=weight, comm=comm, activation=1.0, weight_activation=0.25, budget=budget)
+
+
+def test_patterns_are_the_words_that_start_a_microbatch_and_do_not_repeat_a_shorter_one() -> None:
+    assert sorted(patterns(3)) == [(1,), (1, 0), (1, 0, 0), (1, 0, 1), (1, 1, 0)]
+    assert (1, 0, 1, 0) not in set(patterns(4)) and (1, 1, 0, 1) in set(patterns(4))
+    assert start_cells((1, 1, 0, 0, 0), 5) == [0, 1, 5, 6, 10]
+    assert start_cells((1,), 3) == [0, 1, 2]
+
+
+def test_two_stages_every_other_cell_hand_traced() -> None:
+    """P = 2, F = 1, B = 2, W = 1, link 0.5: the cell is 1 + 2 + 2 x 0.5 = 4. Microbatches in cells 0 and 2
+    start at 0 and 8. Microbatch 0: F(0) [0, 1), F(1) [1.5, 2.5), B(1) [2.5, 4.5), B(0) [5, 7); W(1) [4.5, 5.5)
+    and W(0) [7, 8), just before F(0) of microbatch 1, which repeats it 8 later: makespan 16, one microbatch
+    live at a time on device 0."""
+    problem = one_chunk(2, 2, 1.0)
+    assert cell(problem) == pytest.approx(4.0)
+    schedule = lattice_schedule(problem, start_cells((1, 0), 2), 4.0)
+    labels = [[op.label for op in order] for order in schedule.orders]
+    assert labels[0] == ["F0@s0", "B0@s0", "W0@s0", "F1@s0", "B1@s0", "W1@s0"]
+    timeline = simulate(problem, schedule)
+    metrics = compute_metrics(timeline)
+    assert metrics.makespan == pytest.approx(16.0)
+    assert metrics.peak_memory_per_device == [1.0, 1.0] and metrics.feasible and fits(problem, schedule)
+    assert timeline.start_of(problem.op(OpKind.W, 0, 0)) == pytest.approx(7.0)
+    assert timeline.start_of(problem.op(OpKind.F, 0, 1)) == pytest.approx(8.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(2, 6), n=st.integers(1, 10), words=st.lists(st.booleans(), min_size=1, max_size=6),
+       forward=st.sampled_from([0.5, 1.0, 1.5]), backward=st.sampled_from([0.5, 1.0, 2.0]),
+       comm=st.sampled_from([0.0, 0.125, 0.5]))
+def test_with_one_chunk_and_equal_stages_forwards_and_backwards_never_collide(
+        p: int, n: int, words: list[bool], forward: float, backward: float, comm: float) -> None:
+    """The module's claim: one chunk, equal stage costs, any set of cells: at their no-wait times each device's
+    forwards and backwards fall in disjoint parts of the cells, and the replay runs none of them later."""
+    problem = one_chunk(p, n, None, forward, backward, 0.5, comm)
+    cells = start_cells((1, *(int(w) for w in words)), n)
+    width = cell(problem)
+    timeline = simulate(problem, lattice_schedule(problem, cells, width))
+    trip = p * forward + (p - 1) * comm
+    for s in range(p):
+        spans = []
+        for m, c in enumerate(cells):
+            ahead = c * width + s * (forward + comm)
+            back = c * width + trip + (p - 1 - s) * (backward + comm)
+            spans += [(ahead, ahead + forward), (back, back + backward)]
+            assert timeline.start_of(problem.op(OpKind.F, s, m)) <= ahead + 1e-9
+            assert timeline.start_of(problem.op(OpKind.B, s, m)) <= back + 1e-9
+        spans.sort()
+        assert all(later[0] >= earlier[1] - 1e-9 for earlier, later in zip(spans, spans[1:]))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=binding_problems(), words=st.lists(st.booleans(), min_size=0, max_size=7),
+       multiple=st.sampled_from([0.5, 1.0, 2.0]))
+def test_every_lattice_order_is_a_complete_valid_schedule_and_fits_agrees_with_the_replay(
+        problem: Problem, words: list[bool], multiple: float) -> None:
+    """Any pattern and cell width, unequal costs, 1 or 2 chunks: the orders are complete, the replay never
+    deadlocks and respects every rule, and the quick budget check says what the replay measures."""
+    schedule = lattice_schedule(problem, start_cells((1, *(int(w) for w in words)), problem.num_microbatches),
+                                multiple * cell(problem))
+    check_complete(problem, schedule)
+    timeline = simulate(problem, schedule)
+    metrics = compute_metrics(timeline)
+    assert_valid(problem, timeline, metrics)
+    assert fits(problem, schedule) == metrics.feasible
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(binding_problems())
+def test_the_search_returns_a_valid_schedule_within_budget_and_says_its_makespan(problem: Problem) -> None:
+    found = search(problem)
+    if found is None:
+        return
+    schedule, metrics = found
+    check_complete(problem, schedule)
+    timeline = simulate(problem, schedule)
+    replayed = compute_metrics(timeline)
+    assert_valid(problem, timeline, replayed)
+    assert replayed.feasible and replayed.makespan == pytest.approx(metrics.makespan)
+
+
+def test_nothing_to_do_when_memory_does_not_bind_or_time_is_up() -> None:
+    assert search(one_chunk(3, 6, 6.0)) is None  # holds every microbatch
+    assert search(one_chunk(3, 1, 1.0)) is None
+    assert search(one_chunk(3, 6, 2.0), deadline=time.monotonic()) is None
+    assert search(one_chunk(3, 6, 2.0), should_stop=lambda: True) is None
+    assert search(one_chunk(3, 6, 2.0)) is not None
+
+
+def test_it_is_a_warm_start_of_the_solver_where_memory_binds() -> None:
+    """Two chunks in loop placement, P = 4, N = 8, budget 3: the lattice is among the warm starts, replayed
+    and within budget."""
+    problem = Problem.build(num_stages=4, num_microbatches=8, forward=1.0, backward=1.0, backward_weight=0.5,
+                            comm=0.03, activation=1.0, weight_activation=0.35, budget=3.0).with_layout(2, "loop")
+    found = search(problem)
+    assert found is not None
+    named = {c.schedule.name: c for c in warm_starts(problem, "makespan")}
+    assert "lattice" in named and named["lattice"].metrics.feasible
+    assert named["lattice"].metrics.makespan == pytest.approx(found[1].makespan)
