@@ -174,15 +174,20 @@ def search(problem: Problem, deadline: float = math.inf,
     )
     rank = {op: i for i, op in enumerate(problem.ops_in_dependency_order())}
     best: tuple[Schedule, Metrics] | None = None
+    seen: set[tuple[int, ...]] = set()  # start times in cells: patterns that agree on the first N give one schedule
     tried = 0
     for rate, multiple, word in tries:
         if rate < least - 1e-9 or rate > SLOWEST * least:
             continue
+        cells = start_cells(word, problem.num_microbatches)
+        if (starts := tuple(multiple * c for c in cells)) in seen:
+            continue
+        seen.add(starts)
         if time.monotonic() >= deadline or should_stop():
             log.info("lattice warm start: stopped after %d patterns", tried)
             break
         tried += 1
-        schedule = lattice_schedule(problem, start_cells(word, problem.num_microbatches), multiple * base, rank=rank)
+        schedule = lattice_schedule(problem, cells, multiple * base, rank=rank)
         if not fits(problem, schedule):
             continue
         metrics = compute_metrics(simulate(problem, schedule))
