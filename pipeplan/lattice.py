@@ -16,14 +16,14 @@ W then goes into the first gap of its device after its backward that is long eno
 sorted by those times, are the schedule. Patterns are tried from the densest down, with cells of one and two
 L, and the fastest that fits the budget is kept.
 
-**Why the result is always a valid schedule.** Within a microbatch each op's time is at least its dependency's
-end (plus the latency), so along every dependency the times rise strictly (ops take time); along a device's
-order they never fall. A replay that waits for both therefore never deadlocks: every op is run, each after
-its dependencies, one at a time per device. The replay starts each op as soon as possible, so it is never
-later than the constructed time; the memory a device holds when an op starts depends only on the order, so
-the budget check of the replay is exact. With unequal costs the constructed times may overlap on a device;
-the order is still valid, only slower, and the replay is what is measured. The solver replays and checks it
-like every other warm start.
+**Why the result is always a valid schedule.** Each device's order sorts its ops by (constructed time, place in
+:meth:`~pipeplan.problem.Problem.ops_in_dependency_order`). Within a microbatch an op's time is at least its
+dependency's end (plus the latency), so at least the dependency's time, and its place in that order is later:
+along every dependency the key rises strictly, and along a device's order it never falls. A replay that waits
+for both therefore never deadlocks (a cycle would need a key below itself): every op is run, each after its
+dependencies, one at a time per device. Whether the budget holds is the replay's to say, as for every warm
+start; :func:`fits` only skips, before a replay, orders whose budget check must fail. With unequal costs the
+constructed times may overlap on a device; the order is still valid, only slower.
 
 **Where it pays.** Where memory binds with two chunks per device, as on the benchmark family at P = 16,
 N = 64, two chunks in loop placement, 11 activations: 199.1 against the 220.6 the search reached without it.
@@ -38,9 +38,8 @@ import math
 import time
 from collections.abc import Callable, Iterator
 
-from pipeplan.bounds import memory_binds
-from pipeplan.metrics import Metrics, compute_metrics
-from pipeplan.periodic import least_period
+from pipeplan.bounds import memory_area, memory_binds, round_trips
+from pipeplan.metrics import Metrics, compute_metrics, within_budget
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.schedule import Schedule
 from pipeplan.simulate import simulate
@@ -137,19 +136,34 @@ def lattice_schedule(problem: Problem, cells: list[int], width: float, name: str
 
 
 def fits(problem: Problem, schedule: Schedule) -> bool:
-    """Whether every device's orders stay within its budget: a device runs its ops one after another, so the
-    memory live when a forward starts is what the forwards before it allocated less what the ops before it
-    released, whatever the times (a quick check before a replay)."""
+    """Whether every device's orders stay within its budget, a quick check before a replay. A device runs its
+    ops one after another, so when a forward starts the memory live is at least what the forwards before it
+    allocated less what the ops before it released, whatever the times (a replay can release more at that
+    instant only when a zero-length op ends with it). So False means the replay exceeds the budget too; True is
+    confirmed by the replay."""
     if problem.budget is None:
         return True
     for order, room in zip(schedule.orders, problem.budget):
         live = 0.0
         for op in order:
             live += problem.allocated_by(op.kind, op.stage)
-            if live > room + 1e-9:
+            if not within_budget([live], (room,)):
                 return False
             live -= problem.released_by(op.kind, op.stage)
     return True
+
+
+def least_rate(problem: Problem) -> float:
+    """The least period per microbatch at which a long run fits the budget: Little's law
+    (:func:`pipeplan.periodic.least_period`) over the devices that cannot hold every microbatch at once; 0 when
+    there are none."""
+    budget = problem.budget
+    if budget is None:
+        return 0.0
+    trips = round_trips(problem)
+    n = problem.num_microbatches
+    return max((memory_area(problem, d, trips) / room for d, room in enumerate(budget)
+                if 0 < room < n * problem.footprint(d)), default=0.0)
 
 
 def search(problem: Problem, deadline: float = math.inf,
@@ -158,15 +172,16 @@ def search(problem: Problem, deadline: float = math.inf,
     cell widths of :data:`CELL_MULTIPLES`, densest first; None when memory does not bind, nothing tried fits,
     or ``time.monotonic()`` passes ``deadline`` or ``should_stop()`` before anything fits.
 
-    Patterns whose rate (cell width per microbatch) is below the least period the budget allows
-    (:func:`pipeplan.periodic.least_period`) cannot fit in a long run and are skipped, as are those more than
-    :data:`SLOWEST` times above it.
+    Patterns whose rate (cell width per microbatch) is below the least rate the budget allows in a long run
+    (:func:`least_rate`) are skipped, as are those more than :data:`SLOWEST` times above it: a heuristic (a short
+    run can fit a faster pattern, and where memory barely binds every pattern may be skipped; the other warm
+    starts serve there). The makespan decides between patterns whatever the solver's objective.
     """
     if problem.num_microbatches < 2 or not memory_binds(problem):
         return None
-    least = least_period(problem)
+    least = least_rate(problem)
     base = cell(problem)
-    if base <= 0:
+    if base <= 0 or time.monotonic() >= deadline or should_stop():
         return None
     tries = sorted(
         ((multiple * base * len(word) / sum(word), multiple, word) for multiple in CELL_MULTIPLES

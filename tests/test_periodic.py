@@ -114,6 +114,6 @@ def test_the_solver_gets_the_pattern_as_a_warm_start() -> None:
     candidates = warm_starts(problem, "makespan")
     assert candidates[0].schedule.name == "periodic"
     assert candidates[0].objective == pytest.approx(70.45)
-    assert candidates[1].schedule.name == "lattice"
     others = [c.objective for c in candidates if c.schedule.name not in ("periodic", "lattice")]
     assert min(others) > 79
+    assert next(c.objective for c in candidates if c.schedule.name == "lattice") < 79

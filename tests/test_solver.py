@@ -186,8 +186,9 @@ def check_solver_times(problem: Problem, result: SolveResult, objective: str, to
 @pytest.mark.parametrize(("fields", "objective"), REPLAY_CASES)
 def test_replay_reproduces_the_solver_times(fields: dict[str, Any], objective: str,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    # The lattice warm start is already optimal on unequal-4x6's stage span; without it CP-SAT's order wins.
-    monkeypatch.setattr(lattice, "search", lambda *args, **kwargs: None)
+    if fields is UNEQUAL_4X6 and objective == "stage_span":
+        # The lattice warm start is already optimal on this one; without it CP-SAT's own order is the answer.
+        monkeypatch.setattr(lattice, "search", lambda *args, **kwargs: None)
     problem = Problem.build(**fields)
     result = solve(problem, objective=objective, time_limit_s=5, num_workers=2)
     check_result(problem, result, objective)
