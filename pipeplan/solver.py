@@ -283,7 +283,7 @@ class _Candidate:
 
 def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = (),
                 deadline: float = math.inf, stop: StopRequest | None = None,
-                ticked: Problem | None = None) -> list[_Candidate]:
+                ticked: Problem | None = None, bound: float | None = None) -> list[_Candidate]:
     """Every feasible heuristic schedule (and every feasible ``extra`` one), replayed on ``problem``, best
     objective first; named schedules win ties.
 
@@ -292,7 +292,8 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
     (:func:`~pipeplan.schedules.interleaved_zb.smaller_groups`), the periodic pattern (:mod:`pipeplan.periodic`)
     and the lattice (:mod:`pipeplan.lattice`, for at most :data:`LATTICE_SHARE` of the time left) only while
     ``time.monotonic()`` is before ``deadline`` and no stop is requested. ``ticked`` is the problem in ticks
-    (:func:`tick_problem`), computed when None.
+    (:func:`tick_problem`), computed when None. ``bound`` is a proven lower bound on the objective: when a warm
+    start before the lattice already meets it, the lattice, the costliest, is skipped.
     """
     found: list[tuple[Schedule, bool]] = [(s, True) for s in schedules.generate_applicable(problem)[0]]
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
@@ -312,10 +313,6 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
     repeated = periodic.periodic_schedule(ticked, problem, deadline, stopped)
     if repeated is not None:
         found.append((repeated, False))
-    now = time.monotonic()
-    on_lattice = lattice.search(problem, now + LATTICE_SHARE * max(0.0, deadline - now), stopped)
-    if on_lattice is not None:
-        found.append((on_lattice[0], False))
     candidates = []
     for schedule, named in found:
         try:
@@ -326,6 +323,15 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
         if metrics.feasible:
             candidates.append(_Candidate(schedule, metrics, objective_of(metrics, objective), named))
     candidates.sort(key=lambda c: (c.objective, not c.named))
+    if candidates and bound is not None and candidates[0].objective <= bound * (1 + _EPS):
+        log.info("lattice warm start skipped: warm start %s meets the lower bound", candidates[0].schedule.name)
+        return candidates
+    now = time.monotonic()
+    on_lattice = lattice.search(problem, now + LATTICE_SHARE * max(0.0, deadline - now), stopped)
+    if on_lattice is not None:  # replayed and within budget already
+        schedule, metrics = on_lattice
+        candidates.append(_Candidate(schedule, metrics, objective_of(metrics, objective), False))
+        candidates.sort(key=lambda c: (c.objective, not c.named))
     return candidates
 
 
@@ -533,14 +539,15 @@ def solve(
     deadline = started + settings.time_limit_s
     _check_budget(problem)
     ticked, time_scale, exact = tick_problem(problem)
-    candidates = warm_starts(problem, settings.objective, extra=hints, deadline=deadline, stop=stop, ticked=ticked)
+    bound_ticks = _analytic_bound(ticked, settings.objective)  # the largest bound proven so far, in ticks
+    candidates = warm_starts(problem, settings.objective, extra=hints, deadline=deadline, stop=stop, ticked=ticked,
+                             bound=bound_ticks / time_scale)
     if not candidates:
         raise InfeasibleBudget(
             f"no schedule fits memory.budget; raise it to at least {max(minimum_budget(problem)):g} "
             "(one microbatch in flight)"
         )
     best = candidates[0]
-    bound_ticks = _analytic_bound(ticked, settings.objective)  # the largest bound proven so far, in ticks
     answer = _Answer(problem, settings.objective, best, candidates, time_scale, exact, started)
 
     def tell(objective: float | None, proven: float | None) -> None:

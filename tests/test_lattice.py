@@ -135,3 +135,6 @@ def test_it_is_a_warm_start_of_the_solver_where_memory_binds() -> None:
     named = {c.schedule.name: c for c in warm_starts(problem, "makespan")}
     assert "lattice" in named and named["lattice"].metrics.feasible
     assert named["lattice"].metrics.makespan == pytest.approx(found[1].makespan)
+    # A warm start that already meets a lower bound makes the lattice pointless: it is not run.
+    met = warm_starts(problem, "makespan", bound=min(c.objective for n, c in named.items() if n != "lattice"))
+    assert "lattice" not in {c.schedule.name for c in met}
