@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 MAX_PATTERN = 8
 # Cell widths tried, as multiples of the cell.
 CELL_MULTIPLES = (1, 2)
-# Patterns slower than this multiple of the least period the budget allows are not tried.
+# Patterns slower than this multiple of the least rate the budget allows (least_rate) are not tried.
 SLOWEST = 1.5
 # Name of the schedule a lattice gives.
 NAME = "lattice"
@@ -137,10 +137,11 @@ def lattice_schedule(problem: Problem, cells: list[int], width: float, name: str
 
 def fits(problem: Problem, schedule: Schedule) -> bool:
     """Whether every device's orders stay within its budget, a quick check before a replay. A device runs its
-    ops one after another, so when a forward starts the memory live is at least what the forwards before it
-    allocated less what the ops before it released, whatever the times (a replay can release more at that
-    instant only when a zero-length op ends with it). So False means the replay exceeds the budget too; True is
-    confirmed by the replay."""
+    ops one after another, so when a forward starts, the memory live is what the forwards before it allocated
+    less what the ops before it released, whatever the times; a replay counts less only when a zero-length op
+    after it ends at that very instant. So the check is never more lenient than the replay: False skips an order
+    the replay would reject (or, with such zero-length ops, one it might accept), True is confirmed by the
+    replay."""
     if problem.budget is None:
         return True
     for order, room in zip(schedule.orders, problem.budget):
