@@ -37,9 +37,11 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
-from pipeplan.bounds import memory_area, memory_binds, round_trips
+from pipeplan.bounds import memory_binds
 from pipeplan.metrics import Metrics, compute_metrics, within_budget
+from pipeplan.periodic import least_period
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.schedule import Schedule
 from pipeplan.simulate import simulate
@@ -79,9 +81,17 @@ def start_cells(pattern: tuple[int, ...], count: int) -> list[int]:
     return [len(pattern) * (m // len(ones)) + ones[m % len(ones)] for m in range(count)]
 
 
-def _chain_offsets(problem: Problem) -> dict[tuple[OpKind, int], float]:
-    """When each forward and backward of a microbatch starts, from its first forward's start, if it never
-    waits."""
+class _Chain(NamedTuple):
+    """What every lattice of one problem shares: each forward's and backward's no-wait offset from its
+    microbatch's first forward (keyed by kind and model stage), each op's place in
+    :meth:`~pipeplan.problem.Problem.ops_in_dependency_order`, and the longest op."""
+
+    offsets: dict[tuple[OpKind, int], float]
+    rank: dict[Op, int]
+    longest: float
+
+
+def _chain(problem: Problem) -> _Chain:
     offsets: dict[tuple[OpKind, int], float] = {}
     at = 0.0
     chain = [(OpKind.F, s) for s in range(problem.num_model_stages)]
@@ -91,7 +101,8 @@ def _chain_offsets(problem: Problem) -> dict[tuple[OpKind, int], float]:
         at = max([at, *(offsets[dep.kind, dep.stage] + problem.duration(dep) + lag
                         for dep, lag in problem.dependencies(op))])
         offsets[kind, stage] = at
-    return offsets
+    rank = {op: i for i, op in enumerate(problem.ops_in_dependency_order())}
+    return _Chain(offsets, rank, max([*problem.forward, *problem.backward, *problem.backward_weight]))
 
 
 def _first_gap(busy: list[tuple[float, float]], ready: float, length: float, longest: float) -> float:
@@ -108,14 +119,10 @@ def _first_gap(busy: list[tuple[float, float]], ready: float, length: float, lon
 
 
 def lattice_schedule(problem: Problem, cells: list[int], width: float, name: str = NAME,
-                     rank: dict[Op, int] | None = None) -> Schedule:
-    """The schedule whose microbatch m starts at ``cells[m] * width`` (see the module's docstring). ``rank``
-    (each op's place in :meth:`~pipeplan.problem.Problem.ops_in_dependency_order`, computed when None) orders ops
-    that share a time."""
-    offsets = _chain_offsets(problem)
-    if rank is None:
-        rank = {op: i for i, op in enumerate(problem.ops_in_dependency_order())}
-    longest = max([*problem.forward, *problem.backward, *problem.backward_weight])
+                     chain: _Chain | None = None) -> Schedule:
+    """The schedule whose microbatch m starts at ``cells[m] * width`` (see the module's docstring). ``chain`` is
+    what the lattices of ``problem`` share, computed when None."""
+    offsets, rank, longest = chain or _chain(problem)
     timed: list[list[tuple[float, int, Op]]] = [[] for _ in range(problem.num_devices)]
     for m, c in enumerate(cells):
         for (kind, stage), offset in offsets.items():
@@ -158,13 +165,7 @@ def least_rate(problem: Problem) -> float:
     """The least period per microbatch at which a long run fits the budget: Little's law
     (:func:`pipeplan.periodic.least_period`) over the devices that cannot hold every microbatch at once; 0 when
     there are none."""
-    budget = problem.budget
-    if budget is None:
-        return 0.0
-    trips = round_trips(problem)
-    n = problem.num_microbatches
-    return max((memory_area(problem, d, trips) / room for d, room in enumerate(budget)
-                if 0 < room < n * problem.footprint(d)), default=0.0)
+    return least_period(problem, binding_only=True)
 
 
 def search(problem: Problem, deadline: float = math.inf,
@@ -188,7 +189,7 @@ def search(problem: Problem, deadline: float = math.inf,
         ((multiple * base * len(word) / sum(word), multiple, word) for multiple in CELL_MULTIPLES
          for word in patterns()),
     )
-    rank = {op: i for i, op in enumerate(problem.ops_in_dependency_order())}
+    chain = _chain(problem)
     best: tuple[Schedule, Metrics] | None = None
     seen: set[tuple[int, ...]] = set()  # start times in cells: patterns that agree on the first N give one schedule
     tried = 0
@@ -203,7 +204,7 @@ def search(problem: Problem, deadline: float = math.inf,
             log.info("lattice warm start: stopped after %d patterns", tried)
             break
         tried += 1
-        schedule = lattice_schedule(problem, cells, multiple * base, rank=rank)
+        schedule = lattice_schedule(problem, cells, multiple * base, chain=chain)
         if not fits(problem, schedule):
             continue
         metrics = compute_metrics(simulate(problem, schedule))

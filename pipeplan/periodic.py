@@ -54,19 +54,22 @@ MAX_PERIODS = 200
 NAME = "periodic"
 
 
-def least_period(problem: Problem) -> float:
+def least_period(problem: Problem, binding_only: bool = False) -> float:
     """A period below which no pattern fits the budget.
 
     In a steady state of period tau, Little's law says a device holds on average, over a period, the least
     memory-time area of one microbatch (:func:`pipeplan.bounds.memory_area`: each live interval's demand times
     the chain from the forward's start to the end of the op that releases it) divided by tau; the peak is at
-    least that average. So tau >= area / budget.
+    least that average. So tau >= area / budget. With ``binding_only`` only the devices that cannot hold all of
+    the problem's microbatches at once count (a run of N microbatches, not an endless steady state).
     """
     budget = problem.budget
     if budget is None:
         return 0.0
     trips = round_trips(problem)
-    return max((memory_area(problem, d, trips) / room for d, room in enumerate(budget) if room > 0), default=0.0)
+    n = problem.num_microbatches
+    return max((memory_area(problem, d, trips) / room for d, room in enumerate(budget)
+                if room > 0 and not (binding_only and n * problem.footprint(d) <= room)), default=0.0)
 
 
 def _on_arc(phase: float, length: float, other: float, other_length: float, period: float) -> bool:

@@ -322,17 +322,22 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
             continue
         if metrics.feasible:
             candidates.append(_Candidate(schedule, metrics, objective_of(metrics, objective), named))
+    best = min(candidates, key=lambda c: c.objective, default=None)
+    if best is not None and bound is not None and _meets(best, bound):
+        log.info("lattice warm start skipped: warm start %s meets the lower bound", best.schedule.name)
+    else:
+        now = time.monotonic()
+        on_lattice = lattice.search(problem, now + LATTICE_SHARE * max(0.0, deadline - now), stopped)
+        if on_lattice is not None:  # replayed and within budget already
+            schedule, metrics = on_lattice
+            candidates.append(_Candidate(schedule, metrics, objective_of(metrics, objective), False))
     candidates.sort(key=lambda c: (c.objective, not c.named))
-    if candidates and bound is not None and candidates[0].objective <= bound * (1 + _EPS):
-        log.info("lattice warm start skipped: warm start %s meets the lower bound", candidates[0].schedule.name)
-        return candidates
-    now = time.monotonic()
-    on_lattice = lattice.search(problem, now + LATTICE_SHARE * max(0.0, deadline - now), stopped)
-    if on_lattice is not None:  # replayed and within budget already
-        schedule, metrics = on_lattice
-        candidates.append(_Candidate(schedule, metrics, objective_of(metrics, objective), False))
-        candidates.sort(key=lambda c: (c.objective, not c.named))
     return candidates
+
+
+def _meets(candidate: _Candidate, bound: float) -> bool:
+    """Whether ``candidate`` meets a proven lower bound on its objective (so it is optimal)."""
+    return candidate.objective <= bound * (1 + _EPS)
 
 
 # -------------------------------------------------------------------------------------------- the model
@@ -768,7 +773,7 @@ def _rival(candidates: Sequence[_Candidate], taken: Sequence[Schedule], value: f
 def _reason_not_to_search(problem: Problem, best: _Candidate, bound: float, deadline: float,
                           stop: StopRequest | None) -> str:
     """Why the CP-SAT search would be pointless or impossible, or "" when it should run."""
-    if best.objective <= bound * (1 + _EPS):
+    if _meets(best, bound):
         return f"not needed: warm start {best.schedule.name} meets the lower bound"
     if stop is not None and stop.requested:
         return "stopped before the search began"
