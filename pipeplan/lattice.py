@@ -61,6 +61,9 @@ MAX_PATTERN = 8
 CELL_MULTIPLES = (1, 2)
 # Patterns slower than this multiple of the least rate the budget allows (least_rate) are not tried.
 SLOWEST = 1.5
+# The greedy lattice is also tried with caps of 1 .. this many fewer microbatches in flight than the budget alone
+# let be.
+GREEDY_CAPS = 3
 # Name of the schedule a lattice gives.
 NAME = "lattice"
 # Two times closer than this count as equal when checking that ops do not overlap.
@@ -239,20 +242,32 @@ def _clear(intervals: list[tuple[float, float]], start: float, end: float) -> bo
     return i == len(intervals) or intervals[i][0] >= end - _TIME_SLACK
 
 
-def greedy_schedule(problem: Problem, width: float, strict: bool = True, chain: _Chain | None = None,
-                    deadline: float = math.inf) -> Schedule | None:
+def greedy_schedule(problem: Problem, width: float, strict: bool = True, cap: int | None = None,
+                    chain: _Chain | None = None, deadline: float = math.inf) -> Schedule | None:
+    """The schedule of :func:`greedy_lattice`, or None as it."""
+    found = greedy_lattice(problem, width, strict, cap, chain, deadline)
+    return None if found is None else found[0]
+
+
+def greedy_lattice(problem: Problem, width: float, strict: bool = True, cap: int | None = None,
+                   chain: _Chain | None = None, deadline: float = math.inf) -> tuple[Schedule, int] | None:
     """A lattice whose cells are chosen one microbatch at a time: each starts in the earliest cell after the
     previous microbatch's where its forwards and input-gradient backwards, at their no-wait times, meet no
     forward or backward already placed, and every device stays within its budget once the W's are put into the
     first gaps after their backwards (as in :func:`lattice_schedule`). Unlike a pattern, this fills the pipeline
-    as densely as the budget allows and then settles into whatever rate the budget allows. None without a budget,
-    when a microbatch fits nowhere, or when ``time.monotonic()`` passes ``deadline``.
+    as densely as the budget allows and then settles into whatever rate the budget allows. Returns the schedule
+    and the most microbatches in flight at once (see ``cap``); None without a budget, when a microbatch fits
+    nowhere, or when ``time.monotonic()`` passes ``deadline``.
 
     With ``strict`` False a microbatch's forwards and backwards may meet placed ops (the replay then runs one of
-    them later), which suits V placement, whose offsets rarely leave a cell free. Either way the orders pass
-    :func:`fits`: a microbatch is only placed when every device's order, from the first op a later microbatch
-    cannot come before, stays within the budget, and nothing before that point changes afterwards (later ops
-    come after it in the order and a W that starts before it no longer moves)."""
+    them later), which suits V placement, whose offsets rarely leave a cell free. With a ``cap``, a microbatch
+    also waits until fewer than ``cap`` earlier ones are *in flight* (their last backward, at its no-wait time,
+    not yet ended): fewer in flight than memory allows can leave room that keeps the pipeline moving later (on
+    the benchmark family at P = 16, N = 32, two chunks in loop placement, budget 11: 15 in flight without a cap,
+    113.43; 109.19 with a cap of 13). Either way the orders pass :func:`fits`: a microbatch is only placed when
+    every device's order, from the first op a later microbatch cannot come before, stays within the budget, and
+    nothing before that point changes afterwards (later ops come after it in the order and a W that starts
+    before it no longer moves)."""
     budget = problem.budget
     if budget is None or width <= 0:
         return None
@@ -263,32 +278,43 @@ def greedy_schedule(problem: Problem, width: float, strict: bool = True, chain: 
         d = problem.device_of(stage)
         first[d] = min(first.get(d, math.inf), offset)
     fixed_ops: list[list[tuple[float, Op]]] = [[] for _ in devices]
+    home = _home_end(problem, offsets)
+    ends: list[float] = []  # each placed microbatch's no-wait end of its last backward
     cell_at = 0
     last_end = 0.0
+    peak = 0
     for m in range(problem.num_microbatches):
         while True:
             if time.monotonic() >= deadline:
                 return None
             start = cell_at * width
-            trial = _place(problem, m, start, offsets, rank, devices, longest, strict)
-            if trial is not None:
-                break
+            if cap is None or sum(end > start + _TIME_SLACK for end in ends[-cap:]) < cap:
+                trial = _place(problem, m, start, offsets, rank, devices, longest, strict)
+                if trial is not None:
+                    break
             if start > last_end:
                 return None  # nothing runs any more: the microbatch alone exceeds a budget
             cell_at += 1
+        peak = max(peak, 1 + sum(end > start + _TIME_SLACK for end in ends))
+        ends.append(start + home)
         for d, (ops, weights, where) in trial.items():
             devices[d].commit(problem, ops, weights, where, rank)
             devices[d].settle(problem, start + first[d])
             fixed_ops[d].extend(ops)
-            ends = [at + problem.duration(op) for at, op in ops]
-            last_end = max([last_end, *ends, *(at + problem.duration(op) for op, at in where.items())])
+            last_end = max([last_end, *(at + problem.duration(op) for at, op in ops),
+                            *(at + problem.duration(op) for op, at in where.items())])
         cell_at += 1
     orders = []
     for d, device in enumerate(devices):
         timed = [(at, rank[op], op) for at, op in fixed_ops[d]]
         timed += [(at, rank[op], op) for op, at in device.placed.items()]
         orders.append([op for _, _, op in sorted(timed)])
-    return Schedule.from_lists(NAME, orders)
+    return Schedule.from_lists(NAME, orders), peak
+
+
+def _home_end(problem: Problem, offsets: dict[tuple[OpKind, int], float]) -> float:
+    """The no-wait end of a microbatch's last backward (on model stage 0), from its start."""
+    return offsets[OpKind.B, 0] + problem.backward[0]
 
 
 # Per device: a microbatch's forwards and backwards (time, op), its W's (ready time, rank, op), and where every
@@ -355,8 +381,9 @@ def least_rate(problem: Problem) -> float:
 
 def search(problem: Problem, deadline: float = math.inf,
            should_stop: Callable[[], bool] = lambda: False) -> tuple[Schedule, Metrics] | None:
-    """The fastest lattice schedule that fits the budget: the greedy lattices (:func:`greedy_schedule`, with and
-    without letting a microbatch's forwards and backwards meet placed ops), then patterns up to
+    """The fastest lattice schedule that fits the budget: the greedy lattices (:func:`greedy_lattice`, with and
+    without letting a microbatch's forwards and backwards meet placed ops, each with no cap and then with caps of
+    1 .. :data:`GREEDY_CAPS` fewer microbatches in flight than it had without one), then patterns up to
     :data:`MAX_PATTERN` cells with the cell widths of :data:`CELL_MULTIPLES`, densest first; None when memory does
     not bind, nothing tried fits, or ``time.monotonic()`` passes ``deadline`` or ``should_stop()`` before
     anything fits.
@@ -387,10 +414,18 @@ def search(problem: Problem, deadline: float = math.inf,
         if metrics.feasible and (best is None or metrics.makespan < best[1].makespan):
             best = (schedule, metrics)
 
+    peaks = {}
     for strict in (True, False):
         if should_stop():
             break
-        consider(greedy_schedule(problem, base, strict, chain, deadline))
+        found = greedy_lattice(problem, base, strict, chain=chain, deadline=deadline)
+        if found is not None:
+            consider(found[0])
+            peaks[strict] = found[1]
+    for fewer in range(1, GREEDY_CAPS + 1):
+        for strict, peak in peaks.items():
+            if peak - fewer >= 1 and not should_stop():
+                consider(greedy_schedule(problem, base, strict, peak - fewer, chain, deadline))
     seen: set[tuple[int, ...]] = set()  # start times in cells: patterns that agree on the first N give one schedule
     tried = 0
     for rate, multiple, word in tries:

@@ -11,7 +11,17 @@ from invariants import assert_valid, peak_memory
 from strategies import binding_problems
 
 from pipeplan import compute_metrics, lattice, simulate
-from pipeplan.lattice import cell, fits, greedy_schedule, lattice_schedule, least_rate, patterns, search, start_cells
+from pipeplan.lattice import (
+    cell,
+    fits,
+    greedy_lattice,
+    greedy_schedule,
+    lattice_schedule,
+    least_rate,
+    patterns,
+    search,
+    start_cells,
+)
 from pipeplan.periodic import least_period
 from pipeplan.problem import OpKind, Problem
 from pipeplan.schedule import check_complete
@@ -122,13 +132,29 @@ def test_greedy_three_stages_hand_traced() -> None:
         assert metrics.makespan == pytest.approx(28.0) and metrics.peak_memory_per_device[0] == 2.0
 
 
+def test_greedy_cap_hand_traced() -> None:
+    """The case above: without a cap at most two microbatches are in flight (from its start to the no-wait end
+    of its B on stage 0, 11 after it). With a cap of one each waits for the previous one's B(0) to end: cells 0,
+    3, 6 and 9, and the last W ends at 36 + 12 = 48."""
+    problem = one_chunk(3, 4, 2.0)
+    found = greedy_lattice(problem, cell(problem))
+    assert found is not None and found[1] == 2
+    capped = greedy_lattice(problem, cell(problem), cap=1)
+    assert capped is not None and capped[1] == 1
+    timeline = simulate(problem, capped[0])
+    assert compute_metrics(timeline).makespan == pytest.approx(48.0)
+    labels = [op.label for op in capped[0].orders[0]]
+    assert labels == [f"{kind}{m}@s0" for m in range(4) for kind in "FBW"]
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problem=binding_problems(), strict=st.booleans())
-def test_greedy_lattices_are_complete_valid_and_within_budget(problem: Problem, strict: bool) -> None:
-    """Unequal costs, 1 or 2 chunks, loop and V, a budget of at least one microbatch's footprint: the greedy
-    always places every microbatch, its orders pass the quick budget check it was built with, and the replay
-    respects every rule and the budget by the tests' own memory count."""
-    schedule = greedy_schedule(problem, cell(problem), strict)
+@given(problem=binding_problems(), strict=st.booleans(), cap=st.sampled_from([None, 1, 2, 3]))
+def test_greedy_lattices_are_complete_valid_and_within_budget(problem: Problem, strict: bool,
+                                                                cap: int | None) -> None:
+    """Unequal costs, 1 or 2 chunks, loop and V, a budget of at least one microbatch's footprint, with or without
+    a cap: the greedy always places every microbatch, its orders pass the quick budget check it was built with,
+    and the replay respects every rule and the budget by the tests' own memory count."""
+    schedule = greedy_schedule(problem, cell(problem), strict, cap)
     assert schedule is not None
     check_complete(problem, schedule)
     assert fits(problem, schedule)
@@ -145,7 +171,7 @@ def test_the_search_keeps_the_greedy_where_it_beats_every_pattern(monkeypatch: p
                             comm=0.03, activation=1.0, weight_activation=0.35, budget=3.0).with_layout(2, "loop")
     found = search(problem)
     assert found is not None and found[1].makespan == pytest.approx(49.65)
-    monkeypatch.setattr(lattice, "greedy_schedule", lambda *args, **kwargs: None)
+    monkeypatch.setattr(lattice, "greedy_lattice", lambda *args, **kwargs: None)
     patterns_only = search(problem)
     assert patterns_only is not None and patterns_only[1].makespan == pytest.approx(50.77)
 
