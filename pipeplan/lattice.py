@@ -61,8 +61,8 @@ MAX_PATTERN = 8
 CELL_MULTIPLES = (1, 2)
 # Patterns slower than this multiple of the least rate the budget allows (least_rate) are not tried.
 SLOWEST = 1.5
-# The greedy lattice is also tried with caps of 1 .. this many fewer microbatches in flight than the budget alone
-# let be.
+# The greedy lattice is also tried with caps of 1 .. this many fewer microbatches in flight than it had without a
+# cap.
 GREEDY_CAPS = 3
 # Name of the schedule a lattice gives.
 NAME = "lattice"
@@ -159,11 +159,13 @@ class _Device:
 
     Forwards and input-gradient backwards keep their no-wait times once placed: ``fixed`` holds their busy
     intervals and ``entries`` their (time, dependency rank, memory allocated at the start, memory released at
-    the end), both sorted. Each W goes into the first gap after its backward, as in :func:`lattice_schedule`, so
-    a later microbatch's ops can push it further: ``open`` holds the W's that may still move (backward's end,
-    rank, op), ``placed`` where every W is now, and ``done`` the busy intervals of the W's that can no longer
-    move. The *frontier* is the earliest time a later microbatch can have an op here; what lies before it is
-    final: ``live`` is the memory its ops leave, ``settled`` counts its entries.
+    the end), both sorted. Each W goes into the first gap after its backward, as in :func:`lattice_schedule`,
+    and the W's are placed again, in order, whenever a microbatch is added, so a later microbatch's ops can move
+    one (later, or earlier when the W before it moved away): ``open`` holds the W's that may still move
+    (backward's end, rank, op), ``placed`` where every W is now, and ``done`` the busy intervals of the W's that
+    can no longer move. The *frontier* is the start of the latest placed microbatch's first op here: no later
+    microbatch has an op before it. What lies before it is final, except that a W may move earlier, which only
+    releases memory sooner: ``live`` is the memory its ops leave, ``settled`` counts its entries.
     """
 
     def __init__(self, room: float) -> None:
@@ -177,8 +179,8 @@ class _Device:
         self.live = 0.0
 
     def settle(self, problem: Problem, frontier: float) -> None:
-        """Fold what lies before ``frontier`` into ``live``, W's that start before it included (they are final:
-        a later op cannot come before them in the device's order, so the memory before them is final too)."""
+        """Fold what lies before ``frontier`` into ``live``, W's that start before it included (they no longer
+        move: a later op cannot come before them in the device's order)."""
         while self.settled < len(self.entries) and self.entries[self.settled][0] < frontier:
             _, _, allocated, released = self.entries[self.settled]
             self.live += allocated - released
@@ -202,8 +204,6 @@ class _Device:
         """Where the open W's and ``weights`` go with the forwards and backwards ``ops`` added, or None when the
         budget is exceeded then."""
         pending = sorted([*self.open, *weights])
-        if not pending and not ops:
-            return {}
         earliest = min([*(entry[0] for entry in pending), *(at for at, _ in ops)]) - longest
         busy = sorted([*self.fixed[bisect.bisect_left(self.fixed, (earliest,)):],
                        *self.done[bisect.bisect_left(self.done, (earliest,)):],
@@ -256,8 +256,8 @@ def greedy_lattice(problem: Problem, width: float, strict: bool = True, cap: int
     forward or backward already placed, and every device stays within its budget once the W's are put into the
     first gaps after their backwards (as in :func:`lattice_schedule`). Unlike a pattern, this fills the pipeline
     as densely as the budget allows and then settles into whatever rate the budget allows. Returns the schedule
-    and the most microbatches in flight at once (see ``cap``); None without a budget, when a microbatch fits
-    nowhere, or when ``time.monotonic()`` passes ``deadline``.
+    and the most microbatches in flight at once (see ``cap``); None without a budget or a positive ``width``,
+    when a microbatch fits nowhere, or when ``time.monotonic()`` passes ``deadline``.
 
     With ``strict`` False a microbatch's forwards and backwards may meet placed ops (the replay then runs one of
     them later), which suits V placement, whose offsets rarely leave a cell free. With a ``cap``, a microbatch
@@ -265,9 +265,11 @@ def greedy_lattice(problem: Problem, width: float, strict: bool = True, cap: int
     not yet ended): fewer in flight than memory allows can leave room that keeps the pipeline moving later (on
     the benchmark family at P = 16, N = 32, two chunks in loop placement, budget 11: 15 in flight without a cap,
     113.43; 109.19 with a cap of 13). Either way the orders pass :func:`fits`: a microbatch is only placed when
-    every device's order, from the first op a later microbatch cannot come before, stays within the budget, and
-    nothing before that point changes afterwards (later ops come after it in the order and a W that starts
-    before it no longer moves)."""
+    every device's order, from its first op on the device, stays within the budget, and the memory before that
+    point can only fall afterwards (later ops come after it in the order, a W that starts before it no longer
+    moves, and one that moves earlier releases sooner)."""
+    if cap is not None and cap < 1:
+        raise ValueError(f"cap must be at least 1, not {cap}")
     budget = problem.budget
     if budget is None or width <= 0:
         return None
@@ -325,7 +327,8 @@ _Trial = dict[int, tuple[list[tuple[float, Op]], list[tuple[float, int, Op]], di
 def _place(problem: Problem, m: int, start: float, offsets: dict[tuple[OpKind, int], float],
            rank: dict[Op, int], devices: list[_Device], longest: float, strict: bool) -> _Trial | None:
     """Per device, microbatch m's forwards and backwards, its W's and where every open W goes, when m starts
-    at ``start``; None when one of its forwards or backwards meets one already placed or a budget is exceeded."""
+    at ``start``; None when a budget is exceeded or, ``strict``, when one of its forwards or backwards meets a
+    placed forward or backward or a W that no longer moves."""
     ops: dict[int, list[tuple[float, Op]]] = {}
     weights: dict[int, list[tuple[float, int, Op]]] = {}
     for (kind, stage), offset in offsets.items():
@@ -426,6 +429,8 @@ def search(problem: Problem, deadline: float = math.inf,
         for strict, peak in peaks.items():
             if peak - fewer >= 1 and not should_stop():
                 consider(greedy_schedule(problem, base, strict, peak - fewer, chain, deadline))
+    if best is not None:
+        log.info("lattice warm start: greedy lattice makespan %g", best[1].makespan)
     seen: set[tuple[int, ...]] = set()  # start times in cells: patterns that agree on the first N give one schedule
     tried = 0
     for rate, multiple, word in tries:

@@ -145,9 +145,11 @@ def test_greedy_cap_hand_traced() -> None:
     assert compute_metrics(timeline).makespan == pytest.approx(48.0)
     labels = [op.label for op in capped[0].orders[0]]
     assert labels == [f"{kind}{m}@s0" for m in range(4) for kind in "FBW"]
+    with pytest.raises(ValueError, match="cap must be at least 1"):
+        greedy_lattice(problem, cell(problem), cap=0)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=binding_problems(), strict=st.booleans(), cap=st.sampled_from([None, 1, 2, 3]))
 def test_greedy_lattices_are_complete_valid_and_within_budget(problem: Problem, strict: bool,
                                                                 cap: int | None) -> None:

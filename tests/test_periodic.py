@@ -105,7 +105,7 @@ def test_every_pattern_is_a_valid_schedule_within_budget(problem: Problem) -> No
         assert replayed <= held / memory_scale + 1e-9
 
 
-def test_the_solver_gets_the_pattern_as_a_warm_start() -> None:
+def test_the_solver_gets_the_pattern_and_the_lattice_as_its_best_warm_starts() -> None:
     """Two chunks in V placement at 3 activations of 8 devices: the list schedulers collide, the pattern
     (period 3.62 against 2.5 of work per microbatch) and the lattice (no microbatch waits; here the greedy one
     with a cap on the microbatches in flight) are the two best warm starts, and the others far behind."""
