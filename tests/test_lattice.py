@@ -132,6 +132,28 @@ def test_greedy_three_stages_hand_traced() -> None:
         assert metrics.makespan == pytest.approx(28.0) and metrics.peak_memory_per_device[0] == 2.0
 
 
+def test_greedy_moves_a_w_that_a_later_microbatch_meets_hand_traced() -> None:
+    """P = 2, N = 2, F = 1, B = 2, W = 1.5, link 0.5, cell 4. Microbatch 0 puts W(1, 0) at [4.5, 6), just after
+    its B on device 1. Microbatch 1 in cell 1 runs F(1, 1) at [5.5, 6.5), so W(1, 0) moves to the next gap long
+    enough, after B(1, 1) [6.5, 8.5): device 1 then holds W(1, 0)'s weight share (0.25) when F(1, 1) starts,
+    1.25 in all. With 1.25 on device 1 that fits; with 1.2 microbatch 1 waits for cell 2, where W(1, 0) stays
+    in place and W(0, 0) moves after F(0, 1) [8, 9) instead (device 0 has room for it)."""
+    def problem(room: float) -> Problem:
+        return Problem.build(num_stages=2, num_microbatches=2, forward=1.0, backward=2.0, backward_weight=1.5,
+                             comm=0.5, activation=1.0, weight_activation=0.25, budget=[2.0, room])
+
+    for strict in (True, False):
+        moved = greedy_schedule(problem(1.25), 4.0, strict)
+        assert moved is not None
+        assert [op.label for op in moved.orders[1]] == ["F0@s1", "B0@s1", "F1@s1", "B1@s1", "W0@s1", "W1@s1"]
+        assert fits(problem(1.25), moved) and not fits(problem(1.2), moved)
+        assert compute_metrics(simulate(problem(1.25), moved)).peak_memory_per_device == [2.0, 1.25]
+        waited = greedy_schedule(problem(1.2), 4.0, strict)
+        assert waited is not None
+        assert [op.label for op in waited.orders[0]] == ["F0@s0", "B0@s0", "F1@s0", "W0@s0", "B1@s0", "W1@s0"]
+        assert [op.label for op in waited.orders[1]] == ["F0@s1", "B0@s1", "W0@s1", "F1@s1", "B1@s1", "W1@s1"]
+
+
 def test_greedy_cap_hand_traced() -> None:
     """The case above: without a cap at most two microbatches are in flight (from its start to the no-wait end
     of its B on stage 0, 11 after it). With a cap of one each waits for the previous one's B(0) to end: cells 0,
