@@ -145,31 +145,41 @@ def lattice_schedule(problem: Problem, cells: list[int], width: float, name: str
             break
         busy = sorted((at, at + problem.duration(op)) for at, _, op in ops)
         backwards = sorted(entry for entry in ops if entry[2].kind is OpKind.B)
-        for at, _, op in backwards:
-            weight = problem.op(OpKind.W, op.stage, op.microbatch)
-            length = problem.duration(weight)
-            start = _first_gap(busy, at + problem.duration(op), length, longest)
-            ops.append((start, rank[weight], weight))
-            bisect.insort(busy, (start, start + length))
+        weights = [(at + problem.duration(op), problem.op(OpKind.W, op.stage, op.microbatch))
+                   for at, _, op in backwards]
+        ops.extend((at, rank[weight], weight) for weight, at in _fill_gaps(problem, busy, weights, longest).items())
     return Schedule.from_lists(name, [[op for _, _, op in sorted(ops)] for ops in timed])
+
+
+def _fill_gaps(problem: Problem, busy: list[tuple[float, float]], weights: list[tuple[float, Op]],
+               longest: float) -> dict[Op, float]:
+    """Where each of ``weights`` ((ready time, W), in the order given) starts: the first gap of ``busy`` after
+    its ready time that is long enough (:func:`_first_gap`); each one placed is added to ``busy``."""
+    where = {}
+    for ready, weight in weights:
+        length = problem.duration(weight)
+        where[weight] = at = _first_gap(busy, ready, length, longest)
+        bisect.insort(busy, (at, at + length))
+    return where
 
 
 class _Device:
     """One device of a growing greedy lattice (:func:`greedy_schedule`).
 
-    Forwards and input-gradient backwards keep their no-wait times once placed: ``fixed`` holds their busy
-    intervals and ``entries`` their (time, dependency rank, memory allocated at the start, memory released at
-    the end), both sorted. Each W goes into the first gap after its backward, as in :func:`lattice_schedule`,
-    and the W's are placed again, in order, whenever a microbatch is added, so a later microbatch's ops can move
-    one (later, or earlier when the W before it moved away): ``open`` holds the W's that may still move
-    (backward's end, rank, op), ``placed`` where every W is now, and ``done`` the busy intervals of the W's that
-    can no longer move. The *frontier* is the start of the latest placed microbatch's first op here: no later
-    microbatch has an op before it. What lies before it is final, except that a W may move earlier, which only
+    Forwards and input-gradient backwards keep their no-wait times once placed: ``ops`` holds them with those times,
+    ``fixed`` their busy intervals and ``entries`` their (time, dependency rank, memory allocated at the start,
+    memory released at the end), the last two sorted. Each W goes into the first gap after its backward, as in
+    :func:`lattice_schedule`, and the W's are placed again, in order, whenever a microbatch is added, so a later
+    microbatch's ops can move one (later, or earlier when the W before it moved away): ``open`` holds the W's that
+    may still move (backward's end, rank, op), ``placed`` where every W is now, and ``done`` the busy intervals of
+    the W's that can no longer move. The *frontier* is the start of the latest placed microbatch's first op here: no
+    later microbatch has an op before it. What lies before it is final, except that a W may move earlier, which only
     releases memory sooner: ``live`` is the memory its ops leave, ``settled`` counts its entries.
     """
 
-    def __init__(self, room: float) -> None:
-        self.room = room
+    def __init__(self, problem: Problem, room: float, rank: dict[Op, int], longest: float) -> None:
+        self.problem, self.room, self.rank, self.longest = problem, room, rank, longest
+        self.ops: list[tuple[float, Op]] = []  # the placed forwards and backwards, with their times
         self.fixed: list[tuple[float, float]] = []
         self.entries: list[tuple[float, int, float, float]] = []
         self.open: list[tuple[float, int, Op]] = []
@@ -178,7 +188,7 @@ class _Device:
         self.settled = 0
         self.live = 0.0
 
-    def settle(self, problem: Problem, frontier: float) -> None:
+    def settle(self, frontier: float) -> None:
         """Fold what lies before ``frontier`` into ``live``, W's that start before it included (they no longer
         move: a later op cannot come before them in the device's order)."""
         while self.settled < len(self.entries) and self.entries[self.settled][0] < frontier:
@@ -189,8 +199,8 @@ class _Device:
         for entry in self.open:
             op = entry[2]
             if self.placed[op] < frontier:
-                self.live -= problem.released_by(op.kind, op.stage)
-                bisect.insort(self.done, (self.placed[op], self.placed[op] + problem.duration(op)))
+                self.live -= self.problem.released_by(op.kind, op.stage)
+                bisect.insort(self.done, (self.placed[op], self.placed[op] + self.problem.duration(op)))
             else:
                 still.append(entry)
         self.open = still
@@ -199,21 +209,16 @@ class _Device:
         """Whether [start, end) overlaps no placed forward or backward and no W that can no longer move."""
         return _clear(self.fixed, start, end) and _clear(self.done, start, end)
 
-    def trial(self, problem: Problem, ops: list[tuple[float, Op]], weights: list[tuple[float, int, Op]],
-              longest: float, rank: dict[Op, int]) -> dict[Op, float] | None:
+    def trial(self, ops: list[tuple[float, Op]], weights: list[tuple[float, int, Op]]) -> dict[Op, float] | None:
         """Where the open W's and ``weights`` go with the forwards and backwards ``ops`` added, or None when the
         budget is exceeded then."""
+        problem, rank = self.problem, self.rank
         pending = sorted([*self.open, *weights])
-        earliest = min([*(entry[0] for entry in pending), *(at for at, _ in ops)]) - longest
+        earliest = min([*(entry[0] for entry in pending), *(at for at, _ in ops)]) - self.longest
         busy = sorted([*self.fixed[bisect.bisect_left(self.fixed, (earliest,)):],
                        *self.done[bisect.bisect_left(self.done, (earliest,)):],
                        *((at, at + problem.duration(op)) for at, op in ops)])
-        where = {}
-        for ready, _, op in pending:
-            length = problem.duration(op)
-            at = _first_gap(busy, ready, length, longest)
-            where[op] = at
-            bisect.insort(busy, (at, at + length))
+        where = _fill_gaps(problem, busy, [(ready, op) for ready, _, op in pending], self.longest)
         entries = self.entries[self.settled:]
         entries += [(at, rank[op], *_memory(problem, op)) for at, op in ops]
         entries += [(at, rank[op], *_memory(problem, op)) for op, at in where.items()]
@@ -225,13 +230,21 @@ class _Device:
             live -= released
         return where
 
-    def commit(self, problem: Problem, ops: list[tuple[float, Op]], weights: list[tuple[float, int, Op]],
-               where: dict[Op, float], rank: dict[Op, int]) -> None:
+    def commit(self, ops: list[tuple[float, Op]], weights: list[tuple[float, int, Op]],
+               where: dict[Op, float]) -> None:
+        """Place ``ops`` and ``weights``, with every W where :meth:`trial` put it."""
         for at, op in ops:
-            bisect.insort(self.fixed, (at, at + problem.duration(op)))
-            bisect.insort(self.entries, (at, rank[op], *_memory(problem, op)))
-        self.open = sorted([*self.open, *weights])
+            bisect.insort(self.fixed, (at, at + self.problem.duration(op)))
+            bisect.insort(self.entries, (at, self.rank[op], *_memory(self.problem, op)))
+        self.ops.extend(ops)
+        self.open.extend(weights)
         self.placed.update(where)
+
+    def order(self) -> list[Op]:
+        """The device's ops sorted by (time, dependency rank)."""
+        timed = [(at, self.rank[op], op) for at, op in self.ops]
+        timed += [(at, self.rank[op], op) for op, at in self.placed.items()]
+        return [op for _, _, op in sorted(timed)]
 
 
 def _clear(intervals: list[tuple[float, float]], start: float, end: float) -> bool:
@@ -274,14 +287,13 @@ def greedy_lattice(problem: Problem, width: float, strict: bool = True, cap: int
     if budget is None or width <= 0:
         return None
     offsets, rank, longest = chain or _chain(problem)
-    devices = [_Device(room) for room in budget]
+    devices = [_Device(problem, room, rank, longest) for room in budget]
     first: dict[int, float] = {}  # per device, the least offset of its ops in a microbatch
     for (_, stage), offset in offsets.items():
         d = problem.device_of(stage)
         first[d] = min(first.get(d, math.inf), offset)
-    fixed_ops: list[list[tuple[float, Op]]] = [[] for _ in devices]
-    home = _home_end(problem, offsets)
-    ends: list[float] = []  # each placed microbatch's no-wait end of its last backward
+    home = offsets[OpKind.B, 0] + problem.backward[0]  # from a microbatch's start to the end of its last B
+    ends: list[float] = []  # each placed microbatch's no-wait end of its last backward, rising
     cell_at = 0
     last_end = 0.0
     peak = 0
@@ -290,33 +302,23 @@ def greedy_lattice(problem: Problem, width: float, strict: bool = True, cap: int
             if time.monotonic() >= deadline:
                 return None
             start = cell_at * width
-            if cap is None or sum(end > start + _TIME_SLACK for end in ends[-cap:]) < cap:
-                trial = _place(problem, m, start, offsets, rank, devices, longest, strict)
+            flying = len(ends) - bisect.bisect_right(ends, start + _TIME_SLACK)  # earlier ones in flight
+            if cap is None or flying < cap:
+                trial = _place(problem, m, start, offsets, rank, devices, strict)
                 if trial is not None:
                     break
             if start > last_end:
                 return None  # nothing runs any more: the microbatch alone exceeds a budget
             cell_at += 1
-        peak = max(peak, 1 + sum(end > start + _TIME_SLACK for end in ends))
+        peak = max(peak, 1 + flying)
         ends.append(start + home)
         for d, (ops, weights, where) in trial.items():
-            devices[d].commit(problem, ops, weights, where, rank)
-            devices[d].settle(problem, start + first[d])
-            fixed_ops[d].extend(ops)
+            devices[d].commit(ops, weights, where)
+            devices[d].settle(start + first[d])
             last_end = max([last_end, *(at + problem.duration(op) for at, op in ops),
                             *(at + problem.duration(op) for op, at in where.items())])
         cell_at += 1
-    orders = []
-    for d, device in enumerate(devices):
-        timed = [(at, rank[op], op) for at, op in fixed_ops[d]]
-        timed += [(at, rank[op], op) for op, at in device.placed.items()]
-        orders.append([op for _, _, op in sorted(timed)])
-    return Schedule.from_lists(NAME, orders), peak
-
-
-def _home_end(problem: Problem, offsets: dict[tuple[OpKind, int], float]) -> float:
-    """The no-wait end of a microbatch's last backward (on model stage 0), from its start."""
-    return offsets[OpKind.B, 0] + problem.backward[0]
+    return Schedule.from_lists(NAME, [device.order() for device in devices]), peak
 
 
 # Per device: a microbatch's forwards and backwards (time, op), its W's (ready time, rank, op), and where every
@@ -325,7 +327,7 @@ _Trial = dict[int, tuple[list[tuple[float, Op]], list[tuple[float, int, Op]], di
 
 
 def _place(problem: Problem, m: int, start: float, offsets: dict[tuple[OpKind, int], float],
-           rank: dict[Op, int], devices: list[_Device], longest: float, strict: bool) -> _Trial | None:
+           rank: dict[Op, int], devices: list[_Device], strict: bool) -> _Trial | None:
     """Per device, microbatch m's forwards and backwards, its W's and where every open W goes, when m starts
     at ``start``; None when a budget is exceeded or, ``strict``, when one of its forwards or backwards meets a
     placed forward or backward or a W that no longer moves."""
@@ -344,7 +346,7 @@ def _place(problem: Problem, m: int, start: float, offsets: dict[tuple[OpKind, i
     trial: _Trial = {}
     for d, device in enumerate(devices):
         for_d, weights_d = ops.get(d, []), weights.get(d, [])
-        where = device.trial(problem, for_d, weights_d, longest, rank)
+        where = device.trial(for_d, weights_d)
         if where is None:
             return None
         trial[d] = (for_d, weights_d, where)
@@ -368,10 +370,11 @@ def fits(problem: Problem, schedule: Schedule) -> bool:
     for order, room in zip(schedule.orders, problem.budget):
         live = 0.0
         for op in order:
-            live += problem.allocated_by(op.kind, op.stage)
+            allocated, released = _memory(problem, op)
+            live += allocated
             if not within_budget([live], (room,)):
                 return False
-            live -= problem.released_by(op.kind, op.stage)
+            live -= released
     return True
 
 
@@ -409,10 +412,13 @@ def search(problem: Problem, deadline: float = math.inf,
     chain = _chain(problem)
     best: tuple[Schedule, Metrics] | None = None
 
+    replayed: set[tuple[tuple[Op, ...], ...]] = set()  # caps often give the same orders
+
     def consider(schedule: Schedule | None) -> None:
         nonlocal best
-        if schedule is None or not fits(problem, schedule):
+        if schedule is None or schedule.orders in replayed or not fits(problem, schedule):
             return
+        replayed.add(schedule.orders)
         metrics = compute_metrics(simulate(problem, schedule))
         if metrics.feasible and (best is None or metrics.makespan < best[1].makespan):
             best = (schedule, metrics)
