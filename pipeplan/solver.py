@@ -4,10 +4,11 @@ The model is built in a fixed order, one function a step: data (integer ticks), 
 schedule and the greedy list schedulers, replayed), variables (one fixed-size interval per op), constraints
 (precedence, no overlap per device, the activation budget as a cumulative, symmetry breaking, lower bounds),
 objective, solve, read back. The whole-model search gets half of the time left after the warm starts
-(:data:`SEARCH_SHARE`); when it does not prove its answer optimal, the device relaxations of
-:mod:`pipeplan.device_bound` may raise the proven bound (:data:`DEVICE_SHARE` of the time then left) and a
-large-neighbourhood search around the best schedule so far (:mod:`pipeplan.lns`) uses the rest. The schedule
-read back is only an order per device; the simulator replays it in the problem's exact units and that replay is
+(:data:`SEARCH_SHARE`); when it does not prove its answer optimal, the fluid bound of :mod:`pipeplan.fluid_bound`
+(:data:`FLUID_SHARE` of the time then left) and the device relaxations of :mod:`pipeplan.device_bound`
+(:data:`DEVICE_SHARE` of the time left after it) may raise the proven bound, and a
+large-neighbourhood search around the best schedule so far (:mod:`pipeplan.lns`) uses the rest. The schedule read
+back is only an order per device; the simulator replays it in the problem's exact units and that replay is
 the result, so every number a user sees comes from one place.
 
 Objectives:
@@ -32,7 +33,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from pipeplan import device_bound, lattice, lns, periodic, schedules, spacing
+from pipeplan import device_bound, fluid_bound, lattice, lns, periodic, schedules, spacing
 from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
@@ -86,6 +87,13 @@ LATTICE_SHARE = 0.2
 # The share of the time left after the warm starts that the window bound (:mod:`pipeplan.spacing`) may take
 # when the budget binds and the best warm start does not meet the closed-form bound.
 SPACING_SHARE = 0.2
+
+# The share of the time left after the whole-model search that the fluid bound (:mod:`pipeplan.fluid_bound`) may
+# take when the budget binds and that search did not prove its answer (before the device relaxations, which start
+# from it); below FLUID_MIN_S seconds of that share it is skipped (a short solve, such as a frontier's, keeps its
+# time for the neighbourhood search).
+FLUID_SHARE = 0.3
+FLUID_MIN_S = 0.5
 
 # The share of the time left after the whole-model search that the device relaxations
 # (:mod:`pipeplan.device_bound`) may take when the budget binds and that search did not prove its answer, and
@@ -610,6 +618,14 @@ def solve(
     # can beat (or, for the stage span, exceed).
     tell(value, bound())
     if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
+        # Only now, as the device relaxations below, so that the problems the whole-model search proves at once
+        # pay nothing for it.
+        fluid_ticks = _fluid_bound(ticked, settings, deadline, stop, bound_ticks, value * time_scale)
+        if fluid_ticks > bound_ticks:
+            log.info("fluid bound %s above the bound so far %s", fluid_ticks / time_scale, bound())
+            bound_ticks = fluid_ticks
+            tell(value, bound())
+    if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
         proved = (lambda ticks: tell(None, ticks / time_scale)) if progress is not None else None
         device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale,
@@ -636,6 +652,19 @@ def _window_deltas(ticked: Problem, settings: SolverSettings, deadline: float,
         ticked, now + SPACING_SHARE * max(0.0, deadline - now), num_workers=int(settings.num_workers),
         seed=int(settings.random_seed), should_stop=lambda: stop is not None and stop.requested,
     )
+
+
+def _fluid_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None,
+                 floor_ticks: float, incumbent_ticks: float) -> float:
+    """The fluid bound of :mod:`pipeplan.fluid_bound` (ticks, never below ``floor_ticks``, a bound already
+    proven) within :data:`FLUID_SHARE` of the time left, none when that is below :data:`FLUID_MIN_S`;
+    ``incumbent_ticks`` is the best schedule's objective (ticks), the top of its grid."""
+    now = time.monotonic()
+    until = now + FLUID_SHARE * max(0.0, deadline - now)
+    if until - now < FLUID_MIN_S:
+        return floor_ticks
+    return fluid_bound.lower_bound(ticked, settings.objective, floor_ticks, incumbent_ticks, until,
+                                   should_stop=lambda: stop is not None and stop.requested)
 
 
 def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None,

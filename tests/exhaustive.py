@@ -138,6 +138,17 @@ def small_problems(draw: st.DrawFn) -> Problem:
     return draw(per_stage_problem(p, n, draw(st.booleans()), small_costs, budget, chunks, placement))
 
 
+@st.composite
+def larger_problems(draw: st.DrawFn) -> Problem:
+    """P 2..5, N 2..8, 1 or 2 chunks (loop or V), split, uneven costs, a budget of one to about three
+    microbatches' footprint."""
+    p = draw(st.integers(2, 5))
+    n = draw(st.integers(2, 8))
+    chunks, placement = draw(st.sampled_from([(1, "loop"), (2, "loop"), (2, "v")]))
+    budget = st.integers(min_value=0, max_value=16).map(lambda x: x / 8)
+    return draw(per_stage_problem(p, n, True, small_costs, budget, chunks, placement))
+
+
 def proven_optimum(problem: Problem, objective: str) -> float | None:
     """The optimum CP-SAT proves on the solver's model, which knows the closed-form bounds but not the window
     bound; None when it does not finish in time."""

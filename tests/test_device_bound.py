@@ -12,6 +12,7 @@ from exhaustive import (
     OBJECTIVES,
     family,
     feasible_timelines,
+    larger_problems,
     per_stage_problem,
     proven_optimum,
     small_costs,
@@ -178,17 +179,6 @@ def test_memory_precedences_do_not_change_the_optimum(problem: Problem) -> None:
     without, proven_too = _solve(problem, 0, limit_s=2, memory_precedences=False)
     if proven and proven_too:
         assert with_them == pytest.approx(without)
-
-
-@st.composite
-def larger_problems(draw: st.DrawFn) -> Problem:
-    """P 2..5, N 2..8, 1 or 2 chunks (loop or V), split, uneven costs, a budget of one to about three
-    microbatches' footprint."""
-    p = draw(st.integers(2, 5))
-    n = draw(st.integers(2, 8))
-    chunks, placement = draw(st.sampled_from([(1, "loop"), (2, "loop"), (2, "v")]))
-    budget = st.integers(min_value=0, max_value=16).map(lambda x: x / 8)
-    return draw(per_stage_problem(p, n, True, small_costs, budget, chunks, placement))
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
