@@ -6,7 +6,7 @@ schedule and the greedy list schedulers, replayed), variables (one fixed-size in
 objective, solve, read back. The whole-model search gets half of the time left after the warm starts
 (:data:`SEARCH_SHARE`); when it does not prove its answer optimal, the fluid bound of :mod:`pipeplan.fluid_bound`
 (:data:`FLUID_SHARE` of the time then left) and the device relaxations of :mod:`pipeplan.device_bound`
-(:data:`DEVICE_SHARE` of the time left after it) may raise the proven bound, and a
+(:data:`DEVICE_SHARE` of the time left before the fluid bound) may raise the proven bound, and a
 large-neighbourhood search around the best schedule so far (:mod:`pipeplan.lns`) uses the rest. The schedule read
 back is only an order per device; the simulator replays it in the problem's exact units and that replay is
 the result, so every number a user sees comes from one place.
@@ -90,9 +90,10 @@ SPACING_SHARE = 0.2
 
 # The share of the time left after the whole-model search that the fluid bound (:mod:`pipeplan.fluid_bound`) may
 # take when the budget binds and that search did not prove its answer (before the device relaxations, which start
-# from it); below FLUID_MIN_S seconds of that share it is skipped (a short solve, such as a frontier's, keeps its
+# from it and keep the time they would have had without it: the fluid bound's comes out of the neighbourhood
+# search's); below FLUID_MIN_S seconds of that share it is skipped (a short solve, such as a frontier's, keeps its
 # time for the neighbourhood search).
-FLUID_SHARE = 0.3
+FLUID_SHARE = 0.2
 FLUID_MIN_S = 0.5
 
 # The share of the time left after the whole-model search that the device relaxations
@@ -619,7 +620,9 @@ def solve(
     tell(value, bound())
     if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
         # Only now, as the device relaxations below, so that the problems the whole-model search proves at once
-        # pay nothing for it.
+        # pay nothing for it. Its time comes out of the neighbourhood search's: the relaxations keep what they
+        # would have had without it (on one chunk they prove more than it does, given the time).
+        relaxation_s = DEVICE_SHARE * max(0.0, deadline - time.monotonic())
         fluid_ticks = _fluid_bound(ticked, settings, deadline, stop, bound_ticks, value * time_scale)
         if fluid_ticks > bound_ticks:
             log.info("fluid bound %s above the bound so far %s", fluid_ticks / time_scale, bound())
@@ -629,7 +632,7 @@ def solve(
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
         proved = (lambda ticks: tell(None, ticks / time_scale)) if progress is not None else None
         device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale,
-                                     deltas, report=proved)
+                                     deltas, report=proved, seconds=relaxation_s)
         if device_ticks > bound_ticks:
             log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound())
             bound_ticks = device_ticks
@@ -670,7 +673,7 @@ def _fluid_bound(ticked: Problem, settings: SolverSettings, deadline: float, sto
 def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None,
                   floor_ticks: float, incumbent: Schedule, incumbent_ticks: float,
                   deltas: Mapping[int, int] | None = None,
-                  report: Callable[[float], None] | None = None) -> float:
+                  report: Callable[[float], None] | None = None, seconds: float | None = None) -> float:
     """The best bound (ticks) CP-SAT proves on the device relaxations of :mod:`pipeplan.device_bound` above
     ``floor_ticks`` (a bound already proven; 0 when none is above it), with the best schedule so far, ``incumbent``
     (its objective ``incumbent_ticks`` in ticks), as the hint, within :data:`DEVICE_SHARE` of the time left (none
@@ -679,9 +682,10 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     spacings the window bound proved, which cut the relaxation of the device holding stage 0. ``report``, when
     given, hears each bound above ``floor_ticks`` rounded up to whole ticks and above every one before it (ticks)
     as CP-SAT proves it, so that progress shows while a relaxation runs (it is called from CP-SAT's thread, one
-    call at a time)."""
+    call at a time). ``seconds``, when given, replaces that share (never past the deadline)."""
     now = time.monotonic()
-    until = now + DEVICE_SHARE * max(0.0, deadline - now)
+    share = DEVICE_SHARE * max(0.0, deadline - now) if seconds is None else seconds
+    until = min(deadline, now + share)
     devices = device_bound.devices_to_try(ticked)[:DEVICE_TRIES]  # none when memory cannot bind
     if not devices or until - now < DEVICE_MIN_S:
         return 0.0
