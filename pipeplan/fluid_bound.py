@@ -36,13 +36,16 @@ delta are at least x_F at k - ceil(F / delta) steps and at most x_F at k - floor
 window needs; a tail becomes floor(tail / delta) steps back from K. Lags are written for every pair of events
 of the device, each rounded once, so that a microbatch's long chains lose at most one step each.
 
-**The bound.** If any schedule has objective T, the programme with K = ceil(T / delta) is feasible. The
-programme for K + 1 is feasible whenever the one for K is (every count delayed by one step still meets every
-condition), so if it is infeasible for K, every schedule has T > K delta. :func:`device_bound` bisects for the
-largest such K. Finer grids prove more and cost more: :data:`STEPS` grid points over the best schedule's
-objective. On the split-backward family at P = 16, N = 32, two chunks in loop placement, budget 6, device 0
-proves 155.4 with 600 steps and 156.6 with 1,300, against 142.2 from the closed forms (a relaxed schedule of
-device 0 alone takes 157.5, so little more is left to prove on that device).
+**The bound.** If a schedule has objective T, the programme is feasible for every K with K delta >= T; so if it is
+infeasible for K, every schedule has T > K delta. The programme for K + 1 is feasible whenever the one for K is
+(every count delayed by one step still meets every condition), so :func:`device_bound` bisects for the largest such
+K. The roundings are computed exactly (in fractions of the grid step), and a verdict the linear solver cannot give
+counts as feasible, which only weakens the bound. The grid has :data:`STEPS` steps over the best schedule's
+objective: on the split-backward family at P = 16, N = 32, two chunks in loop placement, budget 6, device 0 proves
+156.47 on 600 steps over 166.75 (5 s on one core), against 142.19 from the closed forms (a relaxed schedule of
+device 0 alone takes 157.53, so little more is left to prove on that device). Finer grids could prove more, but
+their programmes take longer: on 1,300 steps several exceed :data:`LP_LIMIT_S`, count as feasible, and the bound is
+152.26 after 97 s.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 from ortools.linear_solver import linear_solver_pb2, pywraplp
 
@@ -94,10 +98,10 @@ def _events(problem: Problem, device: int) -> list[_Event]:
     return events
 
 
-def feasible(ticked: Problem, device: int, objective: str, step: float, steps: int,
+def feasible(ticked: Problem, device: int, objective: str, step: float, horizon: int,
              found: Chains | None = None, deadline: float = math.inf) -> bool:
     """Whether the fluid programme of ``device`` (see the module docstring) meets every condition with the
-    objective at most ``steps`` x ``step`` (ticks). True also when the linear solver gives no verdict (by
+    objective at most ``horizon`` x ``step`` (ticks). True also when the linear solver gives no verdict (by
     ``deadline`` too). ``found``: the problem's :func:`~pipeplan.device_bound.chains`, when already computed."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
@@ -110,10 +114,16 @@ def feasible(ticked: Problem, device: int, objective: str, step: float, steps: i
     length = {e: ticked.duration(e.op) for e in events}
     lowest = events[0].op  # F on the device's lowest stage
     solver = pywraplp.Solver.CreateSolver("GLOP")
-    counts = {e: [solver.NumVar(0.0, n, "") for _ in range(steps + 1)] for e in events}
+    counts = {e: [solver.NumVar(0.0, n, "") for _ in range(horizon + 1)] for e in events}
+    grid = Fraction(step)  # exact, so that every rounding below goes the way the argument needs
 
     def down(time_: float) -> int:
-        return int(math.floor(time_ / step + 1e-9))
+        """Whole steps within ``time_``."""
+        return math.floor(Fraction(time_) / grid)
+
+    def up(time_: float) -> int:
+        """The fewest whole steps that reach ``time_``."""
+        return math.ceil(Fraction(time_) / grid)
 
     def shifted(e: _Event, k: int) -> pywraplp.Variable | float:
         return counts[e][k] if k >= 0 else 0.0
@@ -130,68 +140,80 @@ def feasible(ticked: Problem, device: int, objective: str, step: float, steps: i
         else:
             head = lag(_Event(lowest, True), e) if e.op in found.after[lowest] else 0.0
             tail = length[e] - own
-        last = steps - down(tail)  # from here on every microbatch has had e
-        if last < 0 or last * step < head - 1e-9:
+        first = up(head)  # no microbatch has had e at the grid times before this one
+        last = horizon - down(tail)  # from here on every microbatch has had e
+        if last < 0 or last < first:
             return False  # e would have to happen before its head
-        for k in range(steps + 1):
-            if k * step < head - 1e-9:
-                counts[e][k].SetUb(0.0)
-        for k in range(last, steps + 1):
+        for k in range(first):
+            counts[e][k].SetUb(0.0)
+        for k in range(last, horizon + 1):
             counts[e][k].SetLb(n)
-        for k in range(steps):
+        for k in range(horizon):
             solver.Add(counts[e][k] <= counts[e][k + 1])
     for u in events:
         for v in events:
             if v.op not in found.after[u.op]:
                 continue
             g = down(lag(u, v))
-            for k in range(steps + 1):
+            for k in range(horizon + 1):
                 solver.Add(counts[v][k] <= shifted(u, k - g))
     # Memory in budgets and time in steps, so that the linear solver sees numbers near 1.
     scale = budget[device] if budget[device] > 0 else 1.0
-    for k in range(steps + 1):
+    for k in range(horizon + 1):
         live = sum(_memory(ticked, e) / scale * counts[e][k] for e in events)
-        solver.Add(live <= budget[device] / scale + _SLACK)
+        solver.Add(live <= _loose(budget[device] / scale))
 
     def ended(k: int, most: bool) -> pywraplp.LinearExpr | float:
         """Work (steps) of the ops ended by k x step, at least (``most`` False) or at most as the counts read."""
         total = 0.0
         for e in events:
             if e.at_start:
-                back = down(length[e]) if most else int(math.ceil(length[e] / step - 1e-9))
+                back = down(length[e]) if most else up(length[e])
                 total += length[e] / step * shifted(e, k - back)
             else:
                 total += length[e] / step * counts[e][k]
         return total
 
-    least = [ended(k, False) for k in range(steps + 1)]
-    most = [ended(k, True) for k in range(steps + 1)]
+    least = [ended(k, False) for k in range(horizon + 1)]
+    most = [ended(k, True) for k in range(horizon + 1)]
     work = sum(length[e] for e in events) * n / step
     longest = max(length.values()) / step
-    for k in range(steps + 1):
-        solver.Add(least[k] <= k + _SLACK)
-        solver.Add(work - most[k] <= steps - k + longest + _SLACK)
+    for k in range(horizon + 1):
+        solver.Add(least[k] <= _loose(k))
+        solver.Add(work - most[k] <= _loose(horizon - k + longest))
     for width in WINDOWS:
-        for k in range(steps + 1 - width):
-            solver.Add(least[k + width] - most[k] <= width + longest + _SLACK)
+        for k in range(horizon + 1 - width):
+            solver.Add(least[k + width] - most[k] <= _loose(width + longest))
     return _infeasible(solver, deadline) is not True
 
 
-def _infeasible(solver: pywraplp.Solver, deadline: float) -> bool | None:
+def _loose(bound: float) -> float:
+    """A right-hand side with :data:`_SLACK` relative room (at least absolute)."""
+    return bound + _SLACK * max(1.0, abs(bound))
+
+
+def _infeasible(glop: pywraplp.Solver, deadline: float) -> bool | None:
     """Whether the programme is proven infeasible (True), solved (False) or neither (None). GLOP is fast but
     sometimes ends ABNORMAL on these programmes (its dual simplex can also cycle: both seen at P = 32); HiGHS,
     slower, then gets the same programme. Each solve takes at most :data:`LP_LIMIT_S` and stops at ``deadline``."""
+    proto: linear_solver_pb2.MPModelProto | None = None
     for backend in _BACKENDS:
         left = min(LP_LIMIT_S, deadline - time.monotonic())
         if left <= 0:
             return None
+        solver = glop
         if backend != "GLOP":
-            proto = linear_solver_pb2.MPModelProto()
-            solver.ExportModelToProto(proto)
+            if proto is None:
+                proto = linear_solver_pb2.MPModelProto()
+                glop.ExportModelToProto(proto)
             solver = pywraplp.Solver.CreateSolver(backend)
             if solver is None:
+                log.debug("no %s in this OR-Tools", backend)
                 continue
-            solver.LoadModelFromProto(proto)
+            error = solver.LoadModelFromProto(proto)
+            if error:
+                log.debug("%s could not read the programme: %s", backend, error)
+                continue
             solver.SetSolverSpecificParametersAsString("output_flag=false")  # HiGHS prints a banner otherwise
         solver.SuppressOutput()
         solver.SetTimeLimit(max(1, int(left * 1000)))
@@ -212,11 +234,12 @@ def _memory(problem: Problem, e: _Event) -> float:
 
 
 def device_bound(ticked: Problem, device: int, objective: str, low: float, high: float, steps: int = STEPS,
-                 deadline: float = math.inf, found: Chains | None = None) -> float:
+                 deadline: float = math.inf, found: Chains | None = None,
+                 should_stop: Callable[[], bool] = lambda: False) -> float:
     """The largest K x step (ticks) below every schedule's objective that the fluid programme of ``device``
     proves on a grid of ``steps`` steps over ``high`` (an objective some schedule reaches), bisecting between
     ``low`` (a bound already proven) and ``high``; ``low`` when it proves nothing above it or ``deadline``
-    (``time.monotonic()``) passes first. ``found``: as for :func:`feasible`."""
+    (``time.monotonic()``) passes or ``should_stop()`` says so first. ``found``: as for :func:`feasible`."""
     if high <= 0 or ticked.budget is None:
         return low
     step = high / steps
@@ -225,7 +248,7 @@ def device_bound(ticked: Problem, device: int, objective: str, low: float, high:
     top = steps  # the programme is feasible at `steps` whenever `high` is a schedule's objective
     if infeasible >= top or feasible(ticked, device, objective, step, infeasible, found, deadline):
         return low
-    while top - infeasible > 1 and time.monotonic() < deadline:
+    while top - infeasible > 1 and time.monotonic() < deadline and not should_stop():
         middle = (infeasible + top) // 2
         if feasible(ticked, device, objective, step, middle, found, deadline):
             top = middle
@@ -238,10 +261,10 @@ def lower_bound(ticked: Problem, objective: str, low: float, high: float, deadli
                 should_stop: Callable[[], bool] = lambda: False) -> float:
     """The best fluid bound (ticks) over the devices whose budget binds. A screen on a coarse grid
     (:data:`SCREEN_STEPS`) goes through them in the order of :func:`pipeplan.device_bound.devices_to_try`, each
-    asked to beat the best bound so far (one programme when it cannot); then the :data:`FINE_TRIES` that raised
-    it most are bisected again on the fine grid (:data:`STEPS`). ``low`` is a bound already proven, ``high`` an
-    objective some schedule reaches; the result is never below ``low``. The screen takes at most half the time
-    to ``deadline``; both stop when ``should_stop()`` says so."""
+    asked to beat the best bound so far (one programme when it cannot); then the :data:`FINE_TRIES` with the
+    highest screened bounds are bisected again on the fine grid (:data:`STEPS`). ``low`` is a bound already
+    proven, ``high`` an objective some schedule reaches; the result is never below ``low``. The screen takes at
+    most half the time to ``deadline``; both stop when ``should_stop()`` says so."""
     devices = devices_to_try(ticked)
     if not devices or high <= low:
         return low
@@ -255,7 +278,7 @@ def lower_bound(ticked: Problem, objective: str, low: float, high: float, deadli
         if time.monotonic() >= screen_until or should_stop():
             break
         tried += 1
-        bound = device_bound(ticked, device, objective, best, high, SCREEN_STEPS, screen_until, found)
+        bound = device_bound(ticked, device, objective, best, high, SCREEN_STEPS, screen_until, found, should_stop)
         if bound > best:
             raised.append((bound, device))
             best = bound
@@ -263,7 +286,7 @@ def lower_bound(ticked: Problem, objective: str, low: float, high: float, deadli
     for screened, device in sorted(raised, key=lambda item: (-item[0], item[1]))[:FINE_TRIES]:
         if time.monotonic() >= deadline or should_stop() or best >= high:
             break
-        fine = device_bound(ticked, device, objective, best, high, STEPS, deadline, found)
+        fine = device_bound(ticked, device, objective, best, high, STEPS, deadline, found, should_stop)
         log.info("fluid bound of device %d: %s ticks (screen %s)", device, fine, screened)
         best = max(best, fine)
     return best
