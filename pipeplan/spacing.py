@@ -30,6 +30,15 @@ is given the bounds already proven for the smaller ones: F(0, m + i) starts at l
 for every i < j and m (microbatches m .. m + i of the window, alone, are a window of size i). The optimum is
 unchanged, but the proofs are far quicker: on P = 8, N = 32, 2 chunks in V, room for one microbatch, delta_4
 is proven in 2 s with them, and no better than 28.2 (of 38.9) in 3 s without.
+
+Windows stop growing once :data:`MAX_UNPROVEN` in a row are not proven within :data:`WINDOW_LIMIT_S`: larger
+ones take longer still, and the time is the search's. On the memory-wall benchmark (split-backward family, 11 s
+of windows, two workers) the rule gives up little: at most 0.7 % of a row's window bound (316.36 against 318.61
+at P = 8, N = 32, two chunks in V, room for one microbatch, where windows are proven in about the limit and which
+ones are varies from run to run); on one chunk at mid budgets only where the series stays below the closed form
+anyway (P = 16, N = 32, budget 11: 109.2 against 112.2, closed form 116.8). With two chunks per device at mid
+budgets the whole series stays far below the closed-form bound (24.7 against 70.7 at P = 8, N = 16, loop
+placement, budget 3): there it now takes 3 to 7 s instead of a fifth of the solve.
 """
 
 from __future__ import annotations
@@ -49,6 +58,9 @@ WINDOW_LIMIT_S = 2.0
 MAX_WINDOW = 24
 # The most ops a window's model may have.
 MAX_WINDOW_OPS = 5_000
+# Windows grow until this many in a row are not proven within WINDOW_LIMIT_S: larger ones take longer still,
+# and the time goes back to the search.
+MAX_UNPROVEN = 2
 
 
 def window_spacing(ticked: Problem, j: int, time_limit_s: float, num_workers: int = 1, seed: int = 0,
@@ -167,8 +179,9 @@ def bound_from(ticked: Problem, deltas: dict[int, int]) -> float:
 def window_deltas(ticked: Problem, deadline: float, num_workers: int = 1, seed: int = 0,
                   should_stop: Callable[[], bool] = lambda: False) -> dict[int, int]:
     """Proven lower bounds on delta_j (ticks) by window size j, from windows of growing size solved until
-    ``deadline`` (time.monotonic()) or a stop: delta_1 = F(0) and every window tried; none when memory cannot
-    bind (no budget, or one that holds every microbatch)."""
+    ``deadline`` (time.monotonic()) or a stop, or until :data:`MAX_UNPROVEN` windows in a row are not proven:
+    delta_1 = F(0) and every window tried; none when memory cannot bind (no budget, or one that holds every
+    microbatch)."""
     problem = ticked
     n = problem.num_microbatches
     budget = problem.budget
@@ -180,9 +193,11 @@ def window_deltas(ticked: Problem, deadline: float, num_workers: int = 1, seed: 
     # already counts through delta_1. Windows start where memory binds.
     fits = min(int(b // problem.footprint(d)) if problem.footprint(d) > 0 else n for d, b in enumerate(budget))
     deltas: dict[int, int] = {1: int(problem.forward[0])}
+    unproven = 0  # windows in a row CP-SAT did not prove
     for j in range(max(1, fits), min(n - 1, max(1, fits) + MAX_WINDOW - 1) + 1):
         left = deadline - time.monotonic()
-        if left < 0.05 or should_stop() or (j + 1) * per_microbatch > MAX_WINDOW_OPS:
+        if left < 0.05 or should_stop() or (j + 1) * per_microbatch > MAX_WINDOW_OPS or unproven >= MAX_UNPROVEN:
             break
-        deltas[j] = window_spacing(problem, j, min(WINDOW_LIMIT_S, left), num_workers, seed, known=deltas)
+        deltas[j], exact = solve_window(problem, j, min(WINDOW_LIMIT_S, left), num_workers, seed, known=deltas)
+        unproven = 0 if exact else unproven + 1
     return deltas

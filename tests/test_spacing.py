@@ -18,12 +18,12 @@ from exhaustive import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeplan import Problem, simulate
+from pipeplan import Problem, simulate, spacing
 from pipeplan.bounds import makespan_lower_bound
 from pipeplan.problem import OpKind
 from pipeplan.schedules.greedy import GreedyRule, greedy_schedule
 from pipeplan.solver import OPTIMAL, solve, tick_problem
-from pipeplan.spacing import chain, solve_window, spacing_bound, tail, window_spacing
+from pipeplan.spacing import chain, solve_window, spacing_bound, tail, window_deltas, window_spacing
 
 EPS = 1e-9
 
@@ -75,6 +75,24 @@ def test_no_bound_where_memory_cannot_bind() -> None:
     assert spacing_bound(tick_problem(family(4, 8, 32))[0], time.monotonic() + 5) == 0.0
     unlimited = Problem.build(num_stages=4, num_microbatches=8, forward=1.0, backward=1.0)
     assert spacing_bound(tick_problem(unlimited)[0], time.monotonic() + 5) == 0.0
+
+
+def test_windows_stop_growing_after_unproven_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows grow while CP-SAT proves them; after MAX_UNPROVEN in a row it cannot, no larger one is tried.
+    The solves are the real ones, their verdicts replaced by a fixed pattern: proven, not, proven, not, not."""
+    verdicts = iter([True, False, True, False, False, True, True])
+    tried: list[int] = []
+
+    def judged(ticked: Problem, j: int, *args: object, **kwargs: object) -> tuple[int, bool]:
+        tried.append(j)
+        return solve_window(ticked, j, *args, **kwargs)[0], next(verdicts)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spacing, "solve_window", judged)
+    assert spacing.MAX_UNPROVEN == 2
+    ticked, _, _ = tick_problem(family(4, 16, 2))
+    deltas = window_deltas(ticked, time.monotonic() + 60)
+    assert tried == [2, 3, 4, 5, 6]  # the first window where two microbatches overflow the budget is 2
+    assert sorted(deltas) == [1, *tried]
 
 
 def _window_bound(problem: Problem) -> float:
