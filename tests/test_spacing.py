@@ -91,7 +91,7 @@ def test_windows_stop_growing_after_unproven_ones(monkeypatch: pytest.MonkeyPatc
     assert spacing.MAX_UNPROVEN == 2
     ticked, _, _ = tick_problem(family(4, 16, 2))
     deltas = window_deltas(ticked, time.monotonic() + 60)
-    assert tried == [2, 3, 4, 5, 6]  # the first window where two microbatches overflow the budget is 2
+    assert tried == [2, 3, 4, 5, 6]  # the first window whose three microbatches overflow a budget of two is j = 2
     assert sorted(deltas) == [1, *tried]
 
 
