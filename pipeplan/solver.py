@@ -618,11 +618,13 @@ def solve(
     # The answer so far, replayed: CP-SAT's reports carry its model's objective, which the replay of its order
     # can beat (or, for the stage span, exceed).
     tell(value, bound())
+    # The device relaxations' time, fixed before the fluid bound runs: its time comes out of the neighbourhood
+    # search's, and the relaxations keep what they would have had without it (on one chunk they prove more than it
+    # does, given the time).
+    relaxation_s = DEVICE_SHARE * max(0.0, deadline - time.monotonic())
     if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
         # Only now, as the device relaxations below, so that the problems the whole-model search proves at once
-        # pay nothing for it. Its time comes out of the neighbourhood search's: the relaxations keep what they
-        # would have had without it (on one chunk they prove more than it does, given the time).
-        relaxation_s = DEVICE_SHARE * max(0.0, deadline - time.monotonic())
+        # pay nothing for it.
         fluid_ticks = _fluid_bound(ticked, settings, deadline, stop, bound_ticks, value * time_scale)
         if fluid_ticks > bound_ticks:
             log.info("fluid bound %s above the bound so far %s", fluid_ticks / time_scale, bound())
