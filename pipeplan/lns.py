@@ -1,17 +1,20 @@
 """Large-neighbourhood search around an incumbent schedule: free a time window, keep the rest, re-solve.
 
-CP-SAT on a whole pipeline at a tight budget creeps: with two workers it runs no neighbourhood search of its
-own, and each improvement must rearrange thousands of ops at once. This search instead repeats a small move:
+CP-SAT on a whole pipeline at a tight budget creeps: with two workers its own neighbourhood moves share one
+thread (on P = 32, N = 64, two chunks, it made one move of each kind in 18 s), and each improvement must
+rearrange thousands of ops at once. This search instead repeats a small move:
 
 1. take the incumbent's replayed timeline (in the model's integer ticks);
 2. pick a window of time; ops that end before it keep their start times, ops that start after it keep their
    order on their device (they may move earlier), ops inside it are free;
-3. ask CP-SAT, from the incumbent as a hint, for a schedule better than the incumbent within a short limit;
+3. ask CP-SAT, from the incumbent as a hint, for a schedule better than the incumbent within a short limit
+   (without its linear relaxation, which costs more than it gives here: :func:`_without_linear_relaxation`);
 4. replay the order it finds (the simulator decides every value) and keep it when it is better.
 
 The windows slide from the end of the schedule (where a makespan is decided) to its start, then shrink and
-widen. Every neighbourhood keeps the incumbent feasible, so a sub-solve never fails to find one; a proven
-bound never comes from here (a neighbourhood is a restriction, not a relaxation).
+widen. Every neighbourhood holds the incumbent, so the schedule kept is always valid; a sub-solve asks for a
+strictly better one and may find none. A proven bound never comes from here (a neighbourhood is a restriction,
+not a relaxation).
 """
 
 from __future__ import annotations
@@ -101,19 +104,28 @@ def _restrict(base: LnsModel, timeline: Timeline, window: Neighbourhood, bound: 
     return model
 
 
-def _without_linear_relaxation(solver: cp_model.CpSolver) -> None:
-    """Run ``solver`` without CP-SAT's linear relaxation: no linearization, and not its ``default_lp`` worker
-    (which adds one whatever the level).
+# CP-SAT's workers (OR-Tools 9.15) that build a linear relaxation whatever linearization_level says.
+LP_WORKERS = ("default_lp", "max_lp", "max_lp_sym", "reduced_costs", "pseudo_costs", "lb_tree_search",
+              "objective_lb_search", "objective_lb_search_max_lp", "objective_shaving_max_lp", "probing_max_lp",
+              "quick_restart_max_lp")
 
-    A neighbourhood is small and its sub-solve short, and a linear relaxation earns its cost only in proving
-    bounds, which a neighbourhood never gives. Setting it up can also overrun the time limit: on the memory-wall
-    row P = 16, N = 32, two chunks in V placement, 11 activations, one neighbourhood given 1 s took 5.2 s in
-    that worker (with 0 conflicts, and ``stop_search`` did not end it either), so a 60 s solve took 63.4 s.
-    Without it the same sub-model ends in 1.0 s. On seven memory-wall rows at 60 s the answers were as good or
-    better without it (e.g. P = 8, N = 32, one chunk, 6 activations: 108.60 against 109.66).
+
+def _without_linear_relaxation(solver: cp_model.CpSolver) -> None:
+    """Run ``solver`` without CP-SAT's linear relaxation: no linearization, and none of the workers of
+    :data:`LP_WORKERS` (CP-SAT takes the next ones in its order instead; with two workers its one full-problem
+    worker becomes the ``fixed`` search instead of ``default_lp``).
+
+    Setting the relaxation up can overrun a sub-solve's short limit by seconds: on the memory-wall row P=16, N=32,
+    two chunks in V placement, 11 activations, one neighbourhood given 1 s took 5.2 s in ``default_lp`` (0
+    conflicts; ``stop_search`` from another thread did not end it sooner), so a 60 s solve took 63.4 s. Without the
+    relaxation the same sub-model ends in 1.0-1.1 s with 1 to 6 workers (5.4 s with 1 or 2 before). With 8 it takes
+    3.0-3.1 s whether ``default_lp`` alone or all of them are left out: CP-SAT's probing worker, which joins at 8,
+    overruns as well, with or without a relaxation of its own (left as it is). With 2 workers, on seven memory-wall
+    rows at 60 s, the answers were as good or better without it (e.g. P=8, N=32, one chunk, 6 activations: 108.60
+    against 109.66); the answers with more workers were not measured on this 2-core machine.
     """
     solver.parameters.linearization_level = 0
-    solver.parameters.ignore_subsolvers.append("default_lp")
+    solver.parameters.ignore_subsolvers.extend(LP_WORKERS)
 
 
 def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Callable[[Timeline], float],
@@ -142,10 +154,12 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
         solver.parameters.random_seed = seed + tried
         _without_linear_relaxation(solver)
         # Ctrl-C is the caller's (its handler asks should_stop() to end the loop): CP-SAT must not swallow it.
-        # A sub-solve lasts at most SUB_SOLVE_S, so the handler runs that soon.
+        # A sub-solve is limited to SUB_SOLVE_S, so the handler runs about that soon.
         solver.parameters.catch_sigint_signal = False
         status = solver.solve(model)
         tried += 1
+        if status == cp_model.MODEL_INVALID:  # a bug in the sub-model or its parameters, never an answer
+            raise RuntimeError(f"CP-SAT rejected a neighbourhood's model: {solver.solution_info()}")
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             continue
         candidate = base.read_order(solver)

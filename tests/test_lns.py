@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 from invariants import assert_valid
+from ortools.sat.python import cp_model
 
 import pipeplan.solver
 from pipeplan import Problem, compute_metrics, simulate
 from pipeplan.config import SolverSettings
-from pipeplan.lns import WIDTHS, windows
+from pipeplan.lns import LP_WORKERS, WIDTHS, windows
 from pipeplan.schedule import Schedule
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.solver import (
@@ -39,7 +40,8 @@ def test_windows_slide_from_the_end_over_the_whole_schedule_then_go_random() -> 
     assert all(0 <= w.begin < w.end <= makespan for w in first)
 
 
-def test_improves_a_poor_incumbent_and_keeps_it_valid() -> None:
+@pytest.mark.parametrize("num_workers", [1, 2, 4])
+def test_improves_a_poor_incumbent_and_keeps_it_valid(num_workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # P=3, N=6, a budget of 2 activations and unequal costs; one microbatch at a time is far from optimal.
     problem = Problem.build(3, 6, forward=[1.0, 1.5, 1.0], backward=[1.5, 1.0, 2.0], backward_weight=0.5,
                             comm=0.25, weight_activation=0.5, budget=2)
@@ -47,8 +49,23 @@ def test_improves_a_poor_incumbent_and_keeps_it_valid() -> None:
     assert exact
     poor = gpipe_with_flush_size(ticked, 1, name="gpipe-1")
     model = _Model(ticked, "makespan", _horizon(ticked, poor, "makespan"))
-    settings = SolverSettings(num_workers=1)
+    settings = SolverSettings(num_workers=num_workers)
+    # Every sub-solve runs without CP-SAT's linear relaxation (its set-up overran short sub-solves by seconds),
+    # and CP-SAT accepts those parameters with each worker count.
+    seen: list[tuple[int, set[str], str]] = []
+    solve_one = cp_model.CpSolver.solve
+
+    def recorded(solver: cp_model.CpSolver, *args: Any, **kwargs: Any) -> Any:
+        status = solve_one(solver, *args, **kwargs)
+        seen.append((solver.parameters.linearization_level, set(solver.parameters.ignore_subsolvers),
+                     solver.status_name(status)))
+        return status
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", recorded)
     found = _neighbourhood_search(model, poor, settings, time.monotonic() + 3.0, stop=None)
+    assert seen
+    assert all(level == 0 and set(LP_WORKERS) <= ignored and status != "MODEL_INVALID"
+               for level, ignored, status in seen)
     before = objective_of(compute_metrics(simulate(problem, poor)), "makespan")
     timeline = simulate(problem, found)
     metrics = compute_metrics(timeline)
