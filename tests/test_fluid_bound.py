@@ -21,7 +21,7 @@ from exhaustive import (
     tiny_problems,
     value_of,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pipeplan import Problem
@@ -134,8 +134,9 @@ def test_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem)
 @given(small_problems(), st.sampled_from(OBJECTIVES))
 def test_bound_never_exceeds_an_optimum_proven_without_it(problem: Problem, objective: str) -> None:
     optimum = proven_optimum(problem, objective)
-    if optimum is not None:
-        assert _bound(problem, objective, optimum) <= optimum + EPS
+    assume(optimum is not None)  # an example CP-SAT does not prove in time is replaced by another
+    assert optimum is not None
+    assert _bound(problem, objective, optimum) <= optimum + EPS
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
