@@ -62,7 +62,7 @@ def test_improves_a_poor_incumbent_and_keeps_it_valid(num_workers: int, monkeypa
         return status
 
     monkeypatch.setattr(cp_model.CpSolver, "solve", recorded)
-    found = _neighbourhood_search(model, poor, settings, time.monotonic() + 3.0, stop=None)
+    found = _neighbourhood_search(model, poor, settings, time.monotonic() + 2.0, stop=None)
     assert seen
     assert all(level == 0 and set(LP_WORKERS) <= ignored and status != "MODEL_INVALID"
                for level, ignored, status in seen)
