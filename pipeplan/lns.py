@@ -122,7 +122,7 @@ def _without_linear_relaxation(solver: cp_model.CpSolver) -> None:
     3.0-3.1 s whether ``default_lp`` alone or all of them are left out: CP-SAT's probing worker, which joins at 8,
     overruns as well, with or without a relaxation of its own (left as it is). With 2 workers, on seven memory-wall
     rows at 60 s, the answers were as good or better without it (e.g. P=8, N=32, one chunk, 6 activations: 108.60
-    against 109.66); the answers with more workers were not measured on this 2-core machine.
+    against 109.66); the answers with more workers were not measured (the machine has 2 cores).
     """
     solver.parameters.linearization_level = 0
     solver.parameters.ignore_subsolvers.extend(LP_WORKERS)

@@ -154,7 +154,9 @@ def proven_optimum(problem: Problem, objective: str) -> float | None:
     bound; None when it does not finish in time."""
     ticked, scale, exact = tick_problem(problem)
     assert exact
-    # No makespan exceeds the total time; a stage span's ops start within one span and end within two.
+    # The total time bounds the optimal makespan (one microbatch at a time fits the budget); for the stage span,
+    # with F(0, 0) at 0 every device's first op starts within the optimal span S <= total time, so every op ends
+    # by 2 S (see the solver's _horizon).
     horizon = int(math.ceil(2 * ticked.total_time()))
     model = _Model(ticked, objective, horizon)
     solver = cp_model.CpSolver()

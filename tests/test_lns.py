@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from typing import Any
 
@@ -11,9 +12,9 @@ from invariants import assert_valid
 from ortools.sat.python import cp_model
 
 import pipeplan.solver
-from pipeplan import Problem, compute_metrics, simulate
+from pipeplan import Problem, compute_metrics, lns, simulate
 from pipeplan.config import SolverSettings
-from pipeplan.lns import LP_WORKERS, WIDTHS, windows
+from pipeplan.lns import WIDTHS, windows
 from pipeplan.schedule import Schedule
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.solver import (
@@ -40,6 +41,11 @@ def test_windows_slide_from_the_end_over_the_whole_schedule_then_go_random() -> 
     assert all(0 <= w.begin < w.end <= makespan for w in first)
 
 
+# CP-SAT's (9.15) workers that build a linear relaxation whatever the level, besides every "*max_lp*" one; kept
+# here apart from pipeplan.lns.LP_WORKERS so that a name dropped there shows up in the log below.
+BUILD_AN_LP = {"default_lp", "reduced_costs", "pseudo_costs", "lb_tree_search", "objective_lb_search"}
+
+
 @pytest.mark.parametrize("num_workers", [1, 2, 4])
 def test_improves_a_poor_incumbent_and_keeps_it_valid(num_workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # P=3, N=6, a budget of 2 activations and unequal costs; one microbatch at a time is far from optimal.
@@ -50,28 +56,49 @@ def test_improves_a_poor_incumbent_and_keeps_it_valid(num_workers: int, monkeypa
     poor = gpipe_with_flush_size(ticked, 1, name="gpipe-1")
     model = _Model(ticked, "makespan", _horizon(ticked, poor, "makespan"))
     settings = SolverSettings(num_workers=num_workers)
-    # Every sub-solve runs without CP-SAT's linear relaxation (its set-up overran short sub-solves by seconds),
-    # and CP-SAT accepts those parameters with each worker count.
-    seen: list[tuple[int, set[str], str]] = []
+    # Every sub-solve runs without CP-SAT's linear relaxation (its set-up overran a 1 s sub-solve by 4 s): at level
+    # 0 and with none of the workers that build one among those CP-SAT's log says it ran (CP-SAT ignores a name
+    # it does not know, so a renamed worker would show up there).
+    seen: list[tuple[int, str, list[str]]] = []
     solve_one = cp_model.CpSolver.solve
 
     def recorded(solver: cp_model.CpSolver, *args: Any, **kwargs: Any) -> Any:
+        log: list[str] = []
+        solver.parameters.log_search_progress = True
+        solver.parameters.log_to_stdout = False
+        solver.log_callback = log.append
         status = solve_one(solver, *args, **kwargs)
-        seen.append((solver.parameters.linearization_level, set(solver.parameters.ignore_subsolvers),
-                     solver.status_name(status)))
+        workers = [line for line in "\n".join(log).splitlines() if "full problem subsolver" in line]
+        seen.append((solver.parameters.linearization_level, solver.status_name(status), workers))
         return status
 
     monkeypatch.setattr(cp_model.CpSolver, "solve", recorded)
     found = _neighbourhood_search(model, poor, settings, time.monotonic() + 2.0, stop=None)
-    assert seen
-    assert all(level == 0 and set(LP_WORKERS) <= ignored and status != "MODEL_INVALID"
-               for level, ignored, status in seen)
+    assert seen and all(level == 0 and status != "MODEL_INVALID" for level, status, _ in seen)
+    listed = [line for _, _, workers in seen for line in workers]
+    if num_workers > 1:
+        assert listed  # some sub-solve reached CP-SAT's parallel search
+    ran = {name for line in listed for name in re.findall(r"[\w/]+", line.split(":", 1)[1])}
+    assert not {name for name in ran if "max_lp" in name or name in BUILD_AN_LP}
     before = objective_of(compute_metrics(simulate(problem, poor)), "makespan")
     timeline = simulate(problem, found)
     metrics = compute_metrics(timeline)
     assert_valid(problem, timeline, metrics)
     assert metrics.feasible
     assert metrics.makespan < before
+
+
+def test_a_sub_solve_cp_sat_rejects_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A neighbourhood's model or parameters that CP-SAT rejects are a bug, not a window without a better
+    schedule: the search raises instead of trying the next window."""
+    problem = Problem.build(3, 4, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.25, budget=2)
+    ticked, _, _ = tick_problem(problem)
+    poor = gpipe_with_flush_size(ticked, 1, name="gpipe-1")
+    model = _Model(ticked, "makespan", _horizon(ticked, poor, "makespan"))
+    monkeypatch.setattr(lns, "_without_linear_relaxation",
+                        lambda solver: solver.parameters.subsolvers.append("no_such_worker"))
+    with pytest.raises(RuntimeError, match="rejected a neighbourhood's model"):
+        _neighbourhood_search(model, poor, SolverSettings(num_workers=2), time.monotonic() + 2.0, stop=None)
 
 
 def v_problem(budget: float) -> Problem:
