@@ -63,19 +63,14 @@ MAX_WINDOW_OPS = 5_000
 MAX_UNPROVEN = 2
 
 
-def window_spacing(ticked: Problem, j: int, time_limit_s: float, num_workers: int = 1, seed: int = 0,
-                   known: dict[int, int] | None = None) -> int:
+def solve_window(ticked: Problem, j: int, time_limit_s: float, num_workers: int = 1, seed: int = 0,
+                 known: dict[int, int] | None = None) -> tuple[int, bool]:
     """A proven lower bound on delta_j (in ticks) for the ticked problem: the least time from F(0, 0) to
-    F(0, j) when microbatches 0 .. j run alone (exact when CP-SAT finishes within ``time_limit_s``).
+    F(0, j) when microbatches 0 .. j run alone, and whether it is delta_j itself (CP-SAT proved it optimal
+    within ``time_limit_s``).
 
     ``known`` maps windows i to proven lower bounds on delta_i; those with i < j cut the model (F(0, m + i) at
     least delta_i after F(0, m), see the module's docstring), the others are ignored."""
-    return solve_window(ticked, j, time_limit_s, num_workers, seed, known)[0]
-
-
-def solve_window(ticked: Problem, j: int, time_limit_s: float, num_workers: int = 1, seed: int = 0,
-                 known: dict[int, int] | None = None) -> tuple[int, bool]:
-    """:func:`window_spacing`'s bound and whether it is delta_j itself (CP-SAT proved it optimal)."""
     if j < 1:
         raise ValueError("the window must hold at least two microbatches")
     problem = ticked

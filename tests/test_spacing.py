@@ -23,7 +23,7 @@ from pipeplan.bounds import makespan_lower_bound
 from pipeplan.problem import OpKind
 from pipeplan.schedules.greedy import GreedyRule, greedy_schedule
 from pipeplan.solver import OPTIMAL, solve, tick_problem
-from pipeplan.spacing import chain, solve_window, spacing_bound, tail, window_deltas, window_spacing
+from pipeplan.spacing import chain, solve_window, spacing_bound, tail, window_deltas
 
 EPS = 1e-9
 
@@ -34,8 +34,8 @@ def test_windows_measure_the_memory_chain_on_one_chunk() -> None:
     share to be gone or B(0, 1) to have ended, another min(W, B) = 0.5: 8.68 (in ticks of 0.01)."""
     ticked, scale, exact = tick_problem(family(4, 16, 2))
     assert exact and scale == 100
-    assert window_spacing(ticked, 1, 10) == 100
-    assert window_spacing(ticked, 2, 10) == 868
+    assert solve_window(ticked, 1, 10)[0] == 100
+    assert solve_window(ticked, 2, 10)[0] == 868
 
 
 def test_window_at_one_microbatch_in_v_sees_the_turn() -> None:
@@ -44,9 +44,9 @@ def test_window_at_one_microbatch_in_v_sees_the_turn() -> None:
     W(7, 0) (0.5 + 0.5 + 0.25): 4.93. Two apart it is more than twice that: at the turn (device 3 holds stages
     3 and 4) microbatch 1's forwards meet microbatch 0's backwards."""
     ticked, scale, _ = tick_problem(family(4, 12, 1).with_layout(2, "v"))
-    one = window_spacing(ticked, 1, 10)
+    one = solve_window(ticked, 1, 10)[0]
     assert one == round(4.93 * scale)
-    assert window_spacing(ticked, 2, 10) > 2 * one
+    assert solve_window(ticked, 2, 10)[0] > 2 * one
 
 
 def test_smaller_windows_given_cut_the_model() -> None:
@@ -55,10 +55,10 @@ def test_smaller_windows_given_cut_the_model() -> None:
     F(0, 1) + 20, and F(0, 1) at least F(0, 0) + 1, so 21; the chain of the given windows alone says 20, the
     true spacing is less."""
     ticked, _, _ = tick_problem(family(4, 16, 2))
-    assert window_spacing(ticked, 3, 10) < 2000
-    assert window_spacing(ticked, 3, 10, known={2: 2000}) >= 2100
+    assert solve_window(ticked, 3, 10)[0] < 2000
+    assert solve_window(ticked, 3, 10, known={2: 2000})[0] >= 2100
     # A window not smaller than j does not cut it.
-    assert window_spacing(ticked, 2, 10, known={2: 5000, 3: 9000}) == 868
+    assert solve_window(ticked, 2, 10, known={2: 5000, 3: 9000})[0] == 868
 
 
 def test_chain_takes_the_best_split() -> None:
@@ -142,7 +142,7 @@ def test_a_window_stopped_by_its_time_limit_still_gives_a_bound() -> None:
     schedule of those microbatches alone (a greedy one, whose kinds run in microbatch order)."""
     j = 5
     ticked, _, _ = tick_problem(family(4, j + 1, 2).with_layout(2, "v"))
-    bound = window_spacing(ticked, j, 0.01)
+    bound = solve_window(ticked, j, 0.01)[0]
     schedule = greedy_schedule(ticked, GreedyRule("bfw", "budget", "age"))
     assert schedule is not None
     timeline = simulate(ticked, schedule)
