@@ -1,4 +1,5 @@
-"""A lower bound from one device solved exactly, with every other device reduced to the delays of its chains.
+"""A lower bound from one device solved exactly, with every other device reduced to the delays of its chains and
+to what its memory precedences imply.
 
 The closed-form bounds of :mod:`pipeplan.bounds` count a device's work, its unavoidable idle time and the area
 its activations need, each on its own. Where memory binds they miss how these interact: a device that holds
@@ -19,7 +20,8 @@ stages, for every microbatch), and:
 - *one op at a time* on d, the *activation budget* of d (the problem's memory rules: a forward allocates at its
   start, B and W release at their ends), and each kind on each stage in *microbatch order*.
 
-Every other device's ops, their capacity and their memory are gone. Take any schedule of the whole problem
+Every other device's ops and their capacity are gone, and of their memory only the precedences below are kept.
+Take any schedule of the whole problem
 within the budget whose kinds run in microbatch order on every stage (some optimal schedule does: see
 ``_Model._add_symmetry`` in :mod:`pipeplan.solver`), shifted so that its first op starts at 0. Its ops on d
 meet every constraint above: each op runs after its whole dependency chain, every op of a chain after the one
@@ -38,18 +40,20 @@ F(s, m + k) starts no earlier than B(s, m) ends. These follow from the model, so
 optimum; written as plain precedences they let CP-SAT's linear relaxation see what the cumulative implies and
 prove the optimum much sooner.
 
-**Round trips.** The same precedence on another device d' ties the device's own ops together across
+**Other devices' memory.** The same precedence on another device d' ties the device's own ops together across
 microbatches: take stage s on d' with its count k, an op v on d that reaches B(s) by a chain and an op u on d
 that follows F(s) by one. Then u(m + k) starts no earlier than v(m) ends, plus the chain from v to B(s), B(s)
-and F(s) themselves, and the chain from F(s) to u: v(m) -> B(s, m) -> F(s, m + k) -> u(m + k). None of this is
-in the relaxation otherwise, where the other devices' memory is gone; with it, a device learns that starting
-microbatch m + k must wait for microbatch m's round trip through every device whose budget binds. Only the pairs
-with v the last op on d before B(s) and u the first after F(s) on the longest chains are added; the others follow
-from them. Like the memory precedences these hold in every schedule in microbatch order, so the optimum stays a
-lower bound; unlike them they are not implied by the device's own constraints, so they raise it. On the
-split-backward family at P = 4, N = 8, one chunk, budget 2, the last device's relaxation proves 35.22 with them
-and 25.18 without (the optimum is 38.10); within 10 s, P = 8, N = 32, V placement, budget 3, device 7 proves
-110.19 against 105.38, and P = 16, N = 64, V, budget 6, device 0 proves 214.05 against 206.05.
+and F(s) themselves, and the chain from F(s) to u: v(m) -> B(s, m) -> F(s, m + k) -> u(m + k). With these lags a
+device learns that microbatch m + k must wait for microbatch m to come back through every device whose budget
+binds, which the rest of the relaxation cannot see. Only the pairs with v the last op on d on the chain to B(s)
+and u the first on the chain from F(s) are added; the others follow from them and the lags between the ops of
+one microbatch on d. Like the memory precedences these hold in every schedule in microbatch order, so the
+optimum stays a lower bound; unlike them they need not follow from the device's own constraints, so they can
+raise it (where the device's own memory precedence spans a longer trip, as on the first device of one chunk,
+they add nothing). On the split-backward family at P = 4, N = 8, one chunk, budget 2, the last device's
+relaxation proves 35.22 with them and 25.18 without (the optimum is 38.10); within 10 s, P = 8, N = 32, V
+placement, budget 3, device 7 proves 110.19 against 105.38, and P = 16, N = 64, V, budget 6, device 0 proves
+214.05 against 206.05.
 
 **Window cuts.** :mod:`pipeplan.spacing` proves, for small j, a least time delta_j from the start of F(0, m) to
 the start of F(0, m + j) that holds in every schedule in microbatch order. The relaxation of the device holding
@@ -66,7 +70,8 @@ family at P = 16, N = 32, one chunk per device, budget 11, the closed-form bound
 relaxation proves 122.7 within seconds; at P = 4, N = 8, two chunks in loop placement, budget 2, it proves 30.71
 against the closed form's 27.11 (the optimum is 31.09). Only the bound counts, so the solver runs CP-SAT's
 lower-bound tree search on it (``optimize_with_lb_tree_search``), which proves more within the same seconds: at
-P = 8, N = 16, V placement, budget 3, device 7 proves 64.47 in 8 s with it and 59.98 without. With two chunks on
+P = 8, N = 16, V placement, budget 3, device 7 proved 64.47 in 8 s with it and 59.98 without (measured before the
+other devices' memory was added; with it, 64.95 and 61.21 in 15 s). With two chunks on
 16 devices CP-SAT often cannot prove the relaxation's optimum within seconds, and the bound then stays where the
 closed form put it.
 """
@@ -96,10 +101,16 @@ class Chains:
     head: dict[Op, int]
     tail: dict[Op, int]
     after: dict[Op, dict[Op, int]]
+    duration: dict[Op, int]
+
+    def on_device(self, problem: Problem, device: int) -> list[Op]:
+        """Microbatch 0's ops on ``device``, in dependency order."""
+        stages = problem.stages_on_device(device)
+        return [op for op in self.head if op.stage in stages]
 
 
 def chains(problem: Problem) -> Chains:
-    """Heads, tails and longest paths of microbatch 0's ops (see :class:`Chains`)."""
+    """Heads, tails, longest paths and durations of microbatch 0's ops (see :class:`Chains`)."""
     ops = problem.ops_in_dependency_order([0])
     duration = {op: int(problem.duration(op)) for op in ops}
     followers: dict[Op, list[tuple[Op, int]]] = {op: [] for op in ops}
@@ -122,7 +133,7 @@ def chains(problem: Problem) -> Chains:
                 gap[op] = max(reached)
         del gap[first]
         after[first] = gap
-    return Chains(head, tail, after)
+    return Chains(head, tail, after, duration)
 
 
 def devices_to_try(problem: Problem) -> list[int]:
@@ -152,12 +163,12 @@ class Relaxation:
 
 
 def relaxation(problem: Problem, device: int, objective: str = "makespan", floor: int = 0,
-               memory_precedences: bool = True, round_trips: bool = True,
+               memory_precedences: bool = True, other_memory: bool = True,
                spacings: Mapping[int, int] | None = None) -> Relaxation:
     """Device ``device``'s relaxation of the ticked ``problem`` (see the module docstring); its objective is at
     least ``floor`` (a bound already proven, in ticks). ``memory_precedences=False`` leaves out the implied
-    precedences (for tests that check they do not change the optimum); ``round_trips=False`` leaves out the
-    other devices' round trips (for tests that measure what they add). ``spacings`` maps window sizes j to
+    precedences (for tests that check they do not change the optimum); ``other_memory=False`` leaves out the lags
+    other devices' memory implies (for tests that measure what they add). ``spacings`` maps window sizes j to
     proven lower bounds on delta_j (:func:`pipeplan.spacing.window_deltas`, ticks): when the device holds stage
     0, F(0, m + j) starts at least that long after F(0, m)."""
     if objective not in OBJECTIVES:
@@ -165,7 +176,7 @@ def relaxation(problem: Problem, device: int, objective: str = "makespan", floor
     n = problem.num_microbatches
     found = chains(problem)
     stages = problem.stages_on_device(device)
-    mine = [op for op in found.head if op.stage in stages]
+    mine = found.on_device(problem, device)
     model = cp_model.CpModel()
     # No schedule's makespan exceeds every op time and latency summed (the critical chain runs without gaps).
     horizon = int(math.ceil(problem.total_time())) + max(found.head.values()) + max(found.tail.values()) + 1
@@ -193,9 +204,9 @@ def relaxation(problem: Problem, device: int, objective: str = "makespan", floor
     model.add_no_overlap([model.new_fixed_size_interval_var(var, duration[op], "") for op, var in starts.items()])
     add_budget(model, problem, device, n, starts, duration, horizon)
     if memory_precedences:
-        _add_memory_precedences(model, problem, device, starts)
-    if round_trips:
-        _add_round_trips(model, problem, device, found, starts)
+        _add_lags(model, problem, memory_precedences_of(problem, device), starts)
+    if other_memory:
+        _add_lags(model, problem, other_memory_lags(problem, device, found), starts)
     if spacings and 0 in stages:
         for j, gap in spacings.items():
             for m in range(n - j):
@@ -207,9 +218,10 @@ def relaxation(problem: Problem, device: int, objective: str = "makespan", floor
 
 
 def memory_counts(problem: Problem, device: int) -> list[tuple[int, int]]:
-    """(stage, k) for each stage s on ``device`` whose microbatches hold memory: F(s, m + k) starts no earlier
-    than B(s, m) ends, with k the least count whose k + 1 microbatches overflow the budget when each holds its
-    activations on s and the device's lower stages (see the module docstring). None without a budget."""
+    """(stage, k) for each stage s on ``device`` where s and the device's lower stages hold memory: F(s, m + k)
+    starts no earlier than B(s, m) ends, with k the least count whose k + 1 microbatches overflow the budget when
+    each holds its activations on s and the device's lower stages (see the module docstring). Empty without a
+    budget; a k of N or more constrains nothing."""
     budget = problem.budget
     if budget is None:
         return []
@@ -222,32 +234,33 @@ def memory_counts(problem: Problem, device: int) -> list[tuple[int, int]]:
     return counts
 
 
-def _add_memory_precedences(model: cp_model.CpModel, problem: Problem, device: int,
-                            starts: dict[Op, cp_model.IntVar]) -> None:
-    """F(s, m + k) after B(s, m) ends for each (s, k) of :func:`memory_counts` (see the module docstring)."""
-    for s, k in memory_counts(problem, device):
-        backward = problem.op(OpKind.B, s, 0)
-        for m in range(problem.num_microbatches - k):
-            model.add(starts[problem.op(OpKind.F, s, m + k)]
-                      >= starts[problem.op(OpKind.B, s, m)] + int(problem.duration(backward)))
+# (v, u, k) -> gap: u of microbatch m + k starts at least gap after v of microbatch m ends (microbatch 0's records
+# of v and u, ticks).
+Lags = dict[tuple[Op, Op, int], int]
 
 
-def round_trip_lags(problem: Problem, device: int, found: Chains) -> dict[tuple[Op, Op, int], int]:
-    """(v, u, k) -> the least time from the end of v of microbatch m to the start of u of microbatch m + k, two
-    ops on ``device`` (microbatch 0's records), that another device's memory precedence implies: v reaches B(s, m)
-    on another device's stage s by a chain, F(s, m + k) starts after B(s, m) ends, and u follows F(s, m + k) by a
-    chain. Only the pairs where v is the last op on ``device`` on the longest chain to B(s) and u the first on
-    the longest chain from F(s) are kept (the others follow from them and the chains on the device)."""
-    stages = problem.stages_on_device(device)
-    mine = [op for op in found.head if op.stage in stages]
-    duration = {op: int(problem.duration(op)) for op in found.head}
+def memory_precedences_of(problem: Problem, device: int) -> Lags:
+    """The device's memory precedences as lags: F(s, m + k) after B(s, m), for each (s, k) of
+    :func:`memory_counts`."""
+    return {(problem.op(OpKind.B, s, 0), problem.op(OpKind.F, s, 0), k): 0 for s, k in memory_counts(problem, device)}
+
+
+def other_memory_lags(problem: Problem, device: int, found: Chains) -> Lags:
+    """The lags between ``device``'s ops that another device's memory precedence implies (see the module
+    docstring): v reaches B(s, m) on another device's stage s by a chain, F(s, m + k) starts after B(s, m) ends,
+    and u follows F(s, m + k) by a chain, so u(m + k) starts at least gap after v(m) ends, the largest over every
+    such stage with that k. Only the pairs where v is the last op on ``device`` on the chain to B(s) and u the
+    first on the chain from F(s) are kept; the others follow from them and the lags between the device's ops of
+    one microbatch. Lags with k of N or more are kept, though they constrain nothing."""
+    mine = found.on_device(problem, device)
+    duration = found.duration
 
     def through(a: Op, b: Op) -> bool:
         """Whether some other op on the device lies on a longest chain from a to b."""
         return any(w not in (a, b) and w in found.after[a] and b in found.after[w]
                    and found.after[a][w] + duration[w] + found.after[w][b] == found.after[a][b] for w in mine)
 
-    lags: dict[tuple[Op, Op, int], int] = {}
+    lags: Lags = {}
     for other in range(problem.num_devices):
         if other == device:
             continue
@@ -262,12 +275,9 @@ def round_trip_lags(problem: Problem, device: int, found: Chains) -> dict[tuple[
     return lags
 
 
-def _add_round_trips(model: cp_model.CpModel, problem: Problem, device: int, found: Chains,
-                     starts: dict[Op, cp_model.IntVar]) -> None:
-    """The lags of :func:`round_trip_lags` as precedences between the device's ops."""
-    n = problem.num_microbatches
-    for (v, u, k), gap in round_trip_lags(problem, device, found).items():
-        for m in range(n - k):
-            before = problem.op(v.kind, v.stage, m)
-            after = problem.op(u.kind, u.stage, m + k)
-            model.add(starts[after] >= starts[before] + int(problem.duration(before)) + gap)
+def _add_lags(model: cp_model.CpModel, problem: Problem, lags: Lags, starts: dict[Op, cp_model.IntVar]) -> None:
+    """Each lag (v, u, k) -> gap as precedences: u(m + k) starts at least gap after v(m) ends, for every m."""
+    for (v, u, k), gap in lags.items():
+        for m in range(problem.num_microbatches - k):
+            earlier, later = problem.op(v.kind, v.stage, m), problem.op(u.kind, u.stage, m + k)
+            model.add(starts[later] >= starts[earlier] + int(problem.duration(earlier)) + gap)
