@@ -20,16 +20,15 @@ stages, for every microbatch), and:
 - *one op at a time* on d, the *activation budget* of d (the problem's memory rules: a forward allocates at its
   start, B and W release at their ends), and each kind on each stage in *microbatch order*.
 
-Every other device's ops and their capacity are gone, and of their memory only the precedences below are kept.
-Take any schedule of the whole problem
-within the budget whose kinds run in microbatch order on every stage (some optimal schedule does: see
-``_Model._add_symmetry`` in :mod:`pipeplan.solver`), shifted so that its first op starts at 0. Its ops on d
-meet every constraint above: each op runs after its whole dependency chain, every op of a chain after the one
-before it, and d runs them one at a time within its budget. So the relaxation's optimum is at most the
-schedule's objective, and CP-SAT's proven bound on the relaxation is a lower bound on the problem's optimum
-whatever the time limit. For the stage span, d's first op is F on its first stage of microbatch 0 (every op on
-d follows that stage's forward of its own microbatch, which runs after microbatch 0's), and d's span is at most
-the largest span of all devices.
+Every other device's ops and their capacity are gone; of their memory only the lags its precedences imply between
+d's own ops are kept (below). Take any schedule of the whole problem within the budget whose kinds run in microbatch
+order on every stage (some optimal schedule does: see ``_Model._add_symmetry`` in :mod:`pipeplan.solver`), shifted
+so that its first op starts at 0. Its ops on d meet every constraint above: each op runs after its whole dependency
+chain, every op of a chain after the one before it, and d runs them one at a time within its budget. So the
+relaxation's optimum is at most the schedule's objective, and CP-SAT's proven bound on the relaxation is a lower
+bound on the problem's optimum whatever the time limit. For the stage span, d's first op is F on its first stage of
+microbatch 0 (every op on d follows that stage's forward of its own microbatch, which runs after microbatch 0's),
+and d's span is at most the largest span of all devices.
 
 **Memory precedences.** Let stage s be d's chunk i and let A be the activations of d's chunks 0 .. i (s and the
 ones below it) for one microbatch. While B(s, m) has not ended, no microbatch m' >= m has ended B(s, m')
@@ -41,19 +40,19 @@ optimum; written as plain precedences they let CP-SAT's linear relaxation see wh
 prove the optimum much sooner.
 
 **Other devices' memory.** The same precedence on another device d' ties the device's own ops together across
-microbatches: take stage s on d' with its count k, an op v on d that reaches B(s) by a chain and an op u on d
-that follows F(s) by one. Then u(m + k) starts no earlier than v(m) ends, plus the chain from v to B(s), B(s)
-and F(s) themselves, and the chain from F(s) to u: v(m) -> B(s, m) -> F(s, m + k) -> u(m + k). With these lags a
-device learns that microbatch m + k must wait for microbatch m to come back through every device whose budget
-binds, which the rest of the relaxation cannot see. Only the pairs with v the last op on d on the chain to B(s)
-and u the first on the chain from F(s) are added; the others follow from them and the lags between the ops of
-one microbatch on d. Like the memory precedences these hold in every schedule in microbatch order, so the
-optimum stays a lower bound; unlike them they need not follow from the device's own constraints, so they can
-raise it (where the device's own memory precedence spans a longer trip, as on the first device of one chunk,
-they add nothing). On the split-backward family at P = 4, N = 8, one chunk, budget 2, the last device's
-relaxation proves 35.22 with them and 25.18 without (the optimum is 38.10); within 10 s, P = 8, N = 32, V
-placement, budget 3, device 7 proves 110.19 against 105.38, and P = 16, N = 64, V, budget 6, device 0 proves
-214.05 against 206.05.
+microbatches: take stage s on d' with its count k, an op v on d that reaches B(s) by a chain and an op u on d that
+follows F(s) by one. Then u(m + k) starts no earlier than v(m) ends, plus the chain from v to B(s), B(s) and F(s)
+themselves, and the chain from F(s) to u: v(m) -> B(s, m) -> F(s, m + k) -> u(m + k). With these lags a device
+learns that microbatch m + k must wait for microbatch m to come back through every device whose budget binds, which
+the rest of the relaxation cannot see. Only the pairs with v the last op on d on the chain to B(s) and u the first
+on the chain from F(s) are added; the others follow from them and the lags between the ops of one microbatch on d.
+Like the memory precedences these hold in every schedule in microbatch order, so the optimum stays a lower bound;
+unlike them they need not follow from the device's own constraints, so they can raise it (where the device's own
+memory precedence spans a longer trip with no larger k than any other device's, as on the first device of one chunk
+with equal budgets, they add nothing). On the split-backward family at P = 4, N = 8, one chunk, budget 2, the last
+device's relaxation proves 35.22 with them and 25.18 without (the optimum is 38.10); within 10 s, P = 8, N = 32, V
+placement, budget 3, device 7 proves 110.19 against 105.38, and P = 16, N = 64, V, budget 6, device 0 proves 214.05
+against 206.05.
 
 **Window cuts.** :mod:`pipeplan.spacing` proves, for small j, a least time delta_j from the start of F(0, m) to
 the start of F(0, m + j) that holds in every schedule in microbatch order. The relaxation of the device holding
@@ -71,7 +70,10 @@ relaxation proves 122.7 within seconds; at P = 4, N = 8, two chunks in loop plac
 against the closed form's 27.11 (the optimum is 31.09). Only the bound counts, so the solver runs CP-SAT's
 lower-bound tree search on it (``optimize_with_lb_tree_search``), which proves more within the same seconds: at
 P = 8, N = 16, V placement, budget 3, device 7 proved 64.47 in 8 s with it and 59.98 without (measured before the
-other devices' memory was added; with it, 64.95 and 61.21 in 15 s). With two chunks on
+other devices' memory was added; without those lags 63.86 and 61.21 in 15 s, with them 64.95 in 15 s with the
+tree search, while the default search proves that relaxation's optimum, 66.69, in 7.4 s; on P = 8, N = 16, loop,
+budget 3 it is the other way round: the tree search proves 78.71 optimal in 4.6 s, the default search 68.0 in
+10 s). With two chunks on
 16 devices CP-SAT often cannot prove the relaxation's optimum within seconds, and the bound then stays where the
 closed form put it.
 """
@@ -95,8 +97,8 @@ OBJECTIVES = ("makespan", "stage_span")
 @dataclass
 class Chains:
     """The dependency chains of one microbatch (all microbatches have the same), in ticks: each op's head (its
-    earliest start), its tail (the least time from its end to the end of the last op after it), and for each
-    op, the longest path from its end to the start of every op that depends on it."""
+    earliest start), its tail (the least time from its end to the end of the last op after it), for each op the
+    longest path from its end to the start of every op that depends on it, and each op's duration."""
 
     head: dict[Op, int]
     tail: dict[Op, int]

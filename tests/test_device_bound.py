@@ -132,6 +132,11 @@ def test_other_memory_lags_of_a_hand_traced_pipeline() -> None:
     assert other_memory_lags(ticked, 1, found) == {(b1, f1, 1): (0.25 + 2 + 1 + 0.25) * scale}
     # Device 0 from stage 1's: F0(m) -> link -> F1(m) -> B1(m) -> F1(m + 1) -> B1(m + 1) -> link -> B0(m + 1).
     assert other_memory_lags(ticked, 0, found) == {(f0, b0, 1): (0.25 + 1 + 2 + 1 + 2 + 0.25) * scale}
+    # Budgets of 1 and 2: each device's lags take the other device's k (the chains are the same).
+    ticked = tick_problem(problem.with_budget([1, 2]))[0]
+    assert memory_counts(ticked, 0) == [(0, 1)] and memory_counts(ticked, 1) == [(1, 2)]
+    assert other_memory_lags(ticked, 1, found) == {(b1, f1, 1): (0.25 + 2 + 1 + 0.25) * scale}
+    assert other_memory_lags(ticked, 0, found) == {(f0, b0, 2): (0.25 + 1 + 2 + 1 + 2 + 0.25) * scale}
 
 
 def test_other_memory_lags_of_a_hand_traced_v_shape() -> None:
