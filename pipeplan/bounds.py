@@ -133,7 +133,7 @@ def _memory_chain(problem: Problem, stage: int, in_flight: int, window: float) -
     return r * f + q * step + window + b + w
 
 
-def _nested_in_flight(problem: Problem, stage: int) -> int:
+def nested_in_flight(problem: Problem, stage: int) -> int:
     """How many microbatches can be live on ``stage`` at once (past its forward's start, before its B's end).
 
     A microbatch live on ``stage`` also holds its whole activation on every lower stage of the same device: its
@@ -143,13 +143,13 @@ def _nested_in_flight(problem: Problem, stage: int) -> int:
     n = problem.num_microbatches
     device = problem.device_of(stage)
     budget = problem.budget
-    nested = _nested(problem, stage)
+    nested = nested_activation(problem, stage)
     if budget is None or nested <= 0:
         return n
     return max(1, min(n, int(math.floor(budget[device] / nested + _EPS))))
 
 
-def _nested(problem: Problem, stage: int) -> float:
+def nested_activation(problem: Problem, stage: int) -> float:
     """What a microbatch live on ``stage`` holds on its device: its activations there and on every lower stage
     of the device (its forward there came first and its B there comes after)."""
     device = problem.device_of(stage)
@@ -161,10 +161,10 @@ def _nested_memory_chain(problem: Problem, device: int, trips: list[float]) -> f
 
     Take j microbatches m .. m+j-1 past their forward on s: if B(s, m) has not ended when F(s', m+j) starts,
     none of their B(s) has (each kind runs in microbatch order), so each holds its nested activations on s
-    (:func:`_nested`), and m+j holds its nested activations on s'. With j = J = floor((budget - nested(s')) /
+    (:func:`nested_activation`), and m+j holds its nested activations on s'. With j = J = floor((budget - nested(s')) /
     nested(s)) + 1 that overflows the budget, so F(s', m+J) starts after B(s, m) ends, which is at least
     D = trip(s') + B(s') [+ the backwards and links from s' down to s, + B(s), when s < s'] after F(s', m)
-    starts (for s = s', J is :func:`_nested_in_flight`). So with N - 1 = q J + r, F(s', N-1) starts at least
+    starts (for s = s', J is :func:`nested_in_flight`). So with N - 1 = q J + r, F(s', N-1) starts at least
     r F(s') + q D after F(s', 0), and B(s', N-1) ends a trip and a B later. The device's first op is F of its
     lowest stage s0 for microbatch 0 (every op of the device follows it), which precedes F(s', 0) by the
     forwards and links from s0 up to s'. After B(s', N-1) the device still runs W(s', N-1), and B(t, N-1) of
@@ -191,13 +191,13 @@ def _nested_memory_chain(problem: Problem, device: int, trips: list[float]) -> f
                 after = max(after, down + problem.backward[t] + problem.backward_weight[t])
             down += problem.backward[t]
         for lower, path in down_to.items():
-            if _nested(problem, lower) <= 0:
+            if nested_activation(problem, lower) <= 0:
                 continue
             if lower == upper:
-                j, step = _nested_in_flight(problem, upper), trip
+                j, step = nested_in_flight(problem, upper), trip
             else:
-                room = budget[device] - _nested(problem, upper)
-                j = max(1, min(n, int(math.floor(room / _nested(problem, lower) + _EPS)) + 1))
+                room = budget[device] - nested_activation(problem, upper)
+                j = max(1, min(n, int(math.floor(room / nested_activation(problem, lower) + _EPS)) + 1))
                 step = trip + path + problem.backward[lower]
             q, r = divmod(n - 1, j)
             best = max(best, up + r * problem.forward[upper] + q * step + trip + after)

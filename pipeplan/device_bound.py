@@ -86,7 +86,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from pipeplan.bounds import device_end_lower_bounds
+from pipeplan.bounds import device_end_lower_bounds, nested_activation, nested_in_flight
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.simulate import Timeline
 from pipeplan.spacing import add_budget
@@ -222,18 +222,12 @@ def relaxation(problem: Problem, device: int, objective: str = "makespan", floor
 def memory_counts(problem: Problem, device: int) -> list[tuple[int, int]]:
     """(stage, k) for each stage s on ``device`` where s and the device's lower stages hold memory: F(s, m + k)
     starts no earlier than B(s, m) ends, with k the least count whose k + 1 microbatches overflow the budget when
-    each holds its activations on s and the device's lower stages (see the module docstring). Empty without a
-    budget; a k of N or more constrains nothing."""
-    budget = problem.budget
-    if budget is None:
+    each holds its activations on s and the device's lower stages (see the module docstring; k is
+    :func:`pipeplan.bounds.nested_in_flight`, at most N, where it constrains nothing). Empty without a budget."""
+    if problem.budget is None:
         return []
-    counts = []
-    held = 0.0
-    for s in problem.stages_on_device(device):
-        held += problem.activation[s]
-        if held > 0:
-            counts.append((s, int(math.floor(budget[device] / held + 1e-9))))
-    return counts
+    stages = problem.stages_on_device(device)
+    return [(s, nested_in_flight(problem, s)) for s in stages if nested_activation(problem, s) > 0]
 
 
 # (v, u, k) -> gap: u of microbatch m + k starts at least gap after v of microbatch m ends (microbatch 0's records
