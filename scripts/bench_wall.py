@@ -11,7 +11,10 @@ Writes results/bench_wall.csv after every row and prints the table and the goals
 goes to stderr. The time limit bounds each solve (warm starts included); timings depend on what else runs.
 
     python scripts/bench_wall.py [--time-limit 60] [--workers 2] [--max-p 32] [--p 8 16 32] [--n-factors 2 4]
-                                 [--out results]
+                                 [--rows P:N:LAYOUT:BUDGET ...] [--out results]
+
+``--rows`` runs only the rows given, each as P:N:LAYOUT:BUDGET with LAYOUT one of 1 (one chunk), loop or v (two
+chunks) and BUDGET whole activations, e.g. ``--rows 8:16:v:3 8:32:1:6`` (rows outside the table too).
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ from typing import Any
 from bench_solver import family_problem, named_values
 
 from pipeplan import Problem
+from pipeplan.problem import ConfigError
 from pipeplan.solver import solve
 
 ROOT = Path(__file__).resolve().parent.parent
 EPS = 1e-6
 # layout name -> (num_chunks, placement)
 LAYOUTS = {"1 chunk": (1, "loop"), "2 loop": (2, "loop"), "2 v": (2, "v")}
+# --rows' layout names -> table layout names
+ROW_LAYOUTS = {"1": "1 chunk", "loop": "2 loop", "v": "2 v"}
 COLUMNS = ("P", "N", "layout", "budget", "best_named", "best_named_value", "optimizer_value", "lower_bound", "gap",
            "status", "source", "solve_time_s", "strictly_better_than_named", "bound_allows_better",
            "time_limit_s", "num_workers")
@@ -44,18 +50,42 @@ def budgets(p: int) -> list[int]:
     return sorted({round(1 + k * (p - 1) / 3) for k in range(4)})
 
 
+def case(p: int, n: int, layout: str, budget: float) -> tuple[str, Problem]:
+    """One row's (layout name, problem): the family at P = ``p``, N = ``n`` and ``budget`` activations."""
+    num_chunks, placement = LAYOUTS[layout]
+    problem = family_problem(p, n, budget)
+    if num_chunks > 1:
+        problem = problem.with_layout(num_chunks, placement)
+    return layout, problem
+
+
 def cases(ps: list[int], max_p: int, n_factors: list[int]) -> Iterator[tuple[str, Problem]]:
     """Every row's (layout name, problem), in table order."""
     for p in ps:
         if p > max_p:
             continue
         for factor in n_factors:
-            for layout, (num_chunks, placement) in LAYOUTS.items():
+            for layout in LAYOUTS:
                 for budget in budgets(p):
-                    problem = family_problem(p, factor * p, budget)
-                    if num_chunks > 1:
-                        problem = problem.with_layout(num_chunks, placement)
-                    yield layout, problem
+                    yield case(p, factor * p, layout, budget)
+
+
+def row_spec(text: str) -> tuple[str, Problem]:
+    """A --rows entry, P:N:LAYOUT:BUDGET, as its (layout name, problem)."""
+    parts = text.split(":")
+    usage = f"row {text!r}: expected P:N:LAYOUT:BUDGET, LAYOUT one of {', '.join(ROW_LAYOUTS)} (e.g. 8:16:v:3)"
+    if len(parts) != 4 or parts[2] not in ROW_LAYOUTS:
+        raise argparse.ArgumentTypeError(usage)
+    try:
+        p, n, budget = int(parts[0]), int(parts[1]), int(parts[3])
+    except ValueError:
+        raise argparse.ArgumentTypeError(usage) from None
+    if min(p, n, budget) < 1:
+        raise argparse.ArgumentTypeError(f"row {text!r}: P, N and the budget must be at least 1")
+    try:
+        return case(p, n, ROW_LAYOUTS[parts[2]], budget)
+    except ConfigError as exc:  # e.g. too many ops to model
+        raise argparse.ArgumentTypeError(f"row {text!r}: {exc}") from None
 
 
 def run_case(layout: str, problem: Problem, time_limit_s: float, num_workers: int) -> dict[str, Any]:
@@ -130,11 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-p", type=int, default=32, help="skip rows with more devices")
     parser.add_argument("--p", type=int, nargs="+", default=[8, 16, 32], help="pipeline depths to run")
     parser.add_argument("--n-factors", type=int, nargs="+", default=[2, 4], help="N as multiples of P")
+    parser.add_argument("--rows", type=row_spec, nargs="+", metavar="P:N:LAYOUT:BUDGET",
+                        help="run only these rows (LAYOUT: 1, loop or v); --p, --max-p and --n-factors are ignored")
     parser.add_argument("--out", default=str(ROOT / "results"), help="folder for bench_wall.csv")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
-    todo = list(cases(args.p, args.max_p, args.n_factors))
+    if args.rows:
+        todo = list(args.rows)
+    else:
+        todo = list(cases(args.p, args.max_p, args.n_factors))
     path = Path(args.out) / "bench_wall.csv"
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
