@@ -166,10 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
-    if args.rows:
-        todo = list(args.rows)
-    else:
-        todo = list(cases(args.p, args.max_p, args.n_factors))
+    todo = args.rows or list(cases(args.p, args.max_p, args.n_factors))
     path = Path(args.out) / "bench_wall.csv"
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
