@@ -258,7 +258,7 @@ def test_one_device_is_the_whole_problem(n: int, layout: tuple[int, str], split:
     assert value == pytest.approx(optimum)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(tiny_problems(), tiny_chunk_problems()))
 def test_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem) -> None:
     bounds = {objective: _bound(problem, objective) for objective in OBJECTIVES}
@@ -267,7 +267,7 @@ def test_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem)
             assert bounds[objective] <= value_of(timeline, objective) + EPS
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=7, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(), st.sampled_from(OBJECTIVES))
 def test_bound_never_exceeds_an_optimum_proven_without_it(problem: Problem, objective: str) -> None:
     optimum = proven_optimum(problem, objective)
@@ -285,7 +285,7 @@ def test_memory_precedences_do_not_change_the_optimum(problem: Problem) -> None:
         assert with_them == pytest.approx(without)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(larger_problems(), st.sampled_from(OBJECTIVES))
 def test_bound_never_exceeds_a_warm_start(problem: Problem, objective: str) -> None:
     """Every named schedule, greedy rule and pattern that fits the budget is a feasible schedule."""

@@ -23,12 +23,12 @@ import pipeplan.cli
 from pipeplan.cli import INTERRUPTED, TERMINATED, main
 from pipeplan.solver import StopRequest
 
-# A split backward at a tight budget: no warm start meets the bound, so CP-SAT searches (for up to 30 s).
+# A split backward at a tight budget: no warm start meets the bound, so CP-SAT searches (for up to 10 s).
 CONFIG = """\
 pipeline: {num_stages: 8, num_microbatches: 32}
 costs: {forward: 1.0, backward: 1.0, backward_weight: 0.5, comm: 0.03}
 memory: {activation: 1, weight_activation: 0.35, budget: 5}
-solver: {time_limit_s: 30, num_workers: 2}
+solver: {time_limit_s: 10, num_workers: 2}
 """
 
 

@@ -116,7 +116,7 @@ def small_problems(draw: st.DrawFn) -> Problem:
     return draw(per_stage_problem(p, n, draw(st.booleans()), grid, budget))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_random_small_problems_give_valid_unbeaten_answers(problem: Problem) -> None:
     for objective in OBJECTIVES:

@@ -100,7 +100,7 @@ def _window_bound(problem: Problem) -> float:
     return spacing_bound(ticked, time.monotonic() + 10, num_workers=1) / scale
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(tiny_problems(), tiny_chunk_problems()))
 def test_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem) -> None:
     bound = _window_bound(problem)
@@ -109,7 +109,7 @@ def test_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem)
             assert bound <= value_of(timeline, objective) + EPS
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(), st.sampled_from(["makespan", "stage_span"]))
 def test_bound_never_exceeds_an_optimum_proven_without_it(problem: Problem, objective: str) -> None:
     optimum = proven_optimum(problem, objective)
@@ -151,7 +151,7 @@ def test_a_window_stopped_by_its_time_limit_still_gives_a_bound() -> None:
     assert j * ticked.forward[0] <= bound <= spacing
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_smaller_windows_cut_the_model_without_changing_its_optimum(problem: Problem) -> None:
     """Each window's model may be given the proven spacings of the smaller windows (F(0, m + i) at least
