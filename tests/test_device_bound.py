@@ -167,7 +167,7 @@ def test_other_memory_raises_a_bound() -> None:
     one_chunk = family(4, 8, 2)
     assert _solve(one_chunk, 3, other_memory=False) == (pytest.approx(25.18), True)
     assert _solve(one_chunk, 3) == (pytest.approx(35.22), True)
-    assert proven_optimum(one_chunk, "makespan") == pytest.approx(38.10)
+    assert proven_optimum(one_chunk, "makespan", limit_s=10) == pytest.approx(38.10)
     v_shape = family(3, 6, 1.5).with_layout(2, "v")
     assert _solve(v_shape, 0, other_memory=False) == (pytest.approx(18.10), True)
     assert _solve(v_shape, 0) == (pytest.approx(23.59), True)
@@ -358,7 +358,7 @@ def test_solve_reports_relaxation_bounds_and_neighbourhood_finds_in_order(monkey
     monkeypatch.setattr(solver_module, "DEVICE_SHARE", 0.9)
     problem = family(4, 8, 2).with_layout(2, "loop")
     reports: list[solver_module.Progress] = []
-    result = solve(problem, objective="makespan", time_limit_s=8, num_workers=2, random_seed=0,
+    result = solve(problem, objective="makespan", time_limit_s=6, num_workers=2, random_seed=0,
                    progress=reports.append)
     objectives = [r.objective for r in reports if r.objective is not None]
     bounds = [r.bound for r in reports if r.bound is not None]

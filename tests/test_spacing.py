@@ -109,7 +109,7 @@ def test_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem)
             assert bound <= value_of(timeline, objective) + EPS
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(), st.sampled_from(["makespan", "stage_span"]))
 def test_bound_never_exceeds_an_optimum_proven_without_it(problem: Problem, objective: str) -> None:
     optimum = proven_optimum(problem, objective)
