@@ -151,8 +151,8 @@ def larger_problems(draw: st.DrawFn) -> Problem:
 
 def proven_optimum(problem: Problem, objective: str, limit_s: float = 1.0) -> float | None:
     """The optimum CP-SAT proves on the solver's model, which knows the closed-form bounds but not the window
-    bound; None when it does not finish within ``limit_s`` (the property tests replace such an example by another,
-    so a short limit keeps them quick)."""
+    bound; None when it does not finish within ``limit_s`` (the property tests that ``assume`` an optimum replace
+    such an example by another, so a short limit keeps them quick)."""
     ticked, scale, exact = tick_problem(problem)
     assert exact
     # The total time bounds the optimal makespan (one microbatch at a time fits the budget); for the stage span,

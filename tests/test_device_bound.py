@@ -253,7 +253,7 @@ def test_one_device_is_the_whole_problem(n: int, layout: tuple[int, str], split:
     chunks, placement = layout
     problem = data.draw(per_stage_problem(1, n, split, small_costs, st.just(extra), chunks, placement))
     value, optimal = _solve(problem, 0, limit_s=5)
-    optimum = proven_optimum(problem, "makespan")
+    optimum = proven_optimum(problem, "makespan", limit_s=5)
     assert optimal and optimum is not None  # a few ops on one device: both prove within a second
     assert value == pytest.approx(optimum)
 

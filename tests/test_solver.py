@@ -239,12 +239,14 @@ def test_a_search_that_ends_unknown_keeps_its_proven_bound(monkeypatch: pytest.M
                                                          searches_end_unknown: list[float]) -> None:
     """CP-SAT's best bound is proven whatever its status: the whole-model search on P=4, N=8, budget 3 (CP-SAT
     proves its optimum, 28.98, within seconds; the closed form gives 27.36), reported UNKNOWN as when it stops
-    before it meets a solution, still gives the answer its bound. The window bound and the device relaxation
-    get no time, so the bound can only come from that search; the search may take all the time the warm starts
-    leave (alone it proves the optimum in about 0.7 s, but a loaded machine slows the warm starts too)."""
+    before it meets a solution, still gives the answer its bound. The window bound, the fluid bound and the
+    device relaxation get no time, so the bound can only come from that search; the search may take all the time
+    the warm starts leave (alone it proves the optimum in about 0.7 s, but a loaded machine slows the warm starts
+    too)."""
     proven = searches_end_unknown  # the search's best bound, in ticks
     monkeypatch.setattr(solver_module, "SEARCH_SHARE", 1.0)
     monkeypatch.setattr(solver_module, "SPACING_SHARE", 0.0)
+    monkeypatch.setattr(solver_module, "FLUID_SHARE", 0.0)
     monkeypatch.setattr(solver_module, "DEVICE_SHARE", 0.0)
     problem = Problem.build(4, 8, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.03, activation=1.0,
                             weight_activation=0.35, budget=3)
