@@ -125,8 +125,9 @@ def feasible(ticked: Problem, device: int, objective: str, step: float, horizon:
         """The fewest whole steps that reach ``time_``."""
         return math.ceil(Fraction(time_) / grid)
 
-    def shifted(e: _Event, k: int) -> pywraplp.Variable | float:
-        return counts[e][k] if k >= 0 else 0.0
+    def shifted(e: _Event, k: int) -> list[_Term]:
+        """e's count at grid time k as terms (none before time 0, where every count is 0)."""
+        return [(counts[e][k], 1.0)] if k >= 0 else []
 
     def lag(u: _Event, v: _Event) -> float:
         """The least time from u to v in one microbatch's chain."""
@@ -149,29 +150,29 @@ def feasible(ticked: Problem, device: int, objective: str, step: float, horizon:
         for k in range(last, horizon + 1):
             counts[e][k].SetLb(n)
         for k in range(horizon):
-            solver.Add(counts[e][k] <= counts[e][k + 1])
+            _at_most(solver, [(counts[e][k], 1.0), (counts[e][k + 1], -1.0)], 0.0)
     for u in events:
         for v in events:
             if v.op not in found.after[u.op]:
                 continue
             g = down(lag(u, v))
             for k in range(horizon + 1):
-                solver.Add(counts[v][k] <= shifted(u, k - g))
+                _at_most(solver, [(counts[v][k], 1.0), *_scaled(shifted(u, k - g), -1.0)], 0.0)
     # Memory in budgets and time in steps, so that the linear solver sees numbers near 1.
     scale = budget[device] if budget[device] > 0 else 1.0
     for k in range(horizon + 1):
-        live = sum(_memory(ticked, e) / scale * counts[e][k] for e in events)
-        solver.Add(live <= _loose(budget[device] / scale))
+        live = [(counts[e][k], _memory(ticked, e) / scale) for e in events]
+        _at_most(solver, live, _loose(budget[device] / scale))
 
-    def ended(k: int, most: bool) -> pywraplp.LinearExpr | float:
+    def ended(k: int, most: bool) -> list[_Term]:
         """Work (steps) of the ops ended by k x step, at least (``most`` False) or at most as the counts read."""
-        total = 0.0
+        total: list[_Term] = []
         for e in events:
             if e.at_start:
                 back = down(length[e]) if most else up(length[e])
-                total += length[e] / step * shifted(e, k - back)
+                total += _scaled(shifted(e, k - back), length[e] / step)
             else:
-                total += length[e] / step * counts[e][k]
+                total.append((counts[e][k], length[e] / step))
         return total
 
     least = [ended(k, False) for k in range(horizon + 1)]
@@ -179,12 +180,41 @@ def feasible(ticked: Problem, device: int, objective: str, step: float, horizon:
     work = sum(length[e] for e in events) * n / step
     longest = max(length.values()) / step
     for k in range(horizon + 1):
-        solver.Add(least[k] <= _loose(k))
-        solver.Add(work - most[k] <= _loose(horizon - k + longest))
+        _at_most(solver, least[k], _loose(k))
+        _at_most(solver, _scaled(most[k], -1.0), _loose(horizon - k + longest) - work)
     for width in WINDOWS:
         for k in range(horizon + 1 - width):
-            solver.Add(least[k + width] - most[k] <= _loose(width + longest))
+            _at_most(solver, [*least[k + width], *_scaled(most[k], -1.0)], _loose(width + longest))
     return _infeasible(solver, deadline) is not True
+
+
+_Term = tuple[pywraplp.Variable, float]  # a variable and its coefficient in a linear row
+
+
+def _scaled(terms: list[_Term], factor: float) -> list[_Term]:
+    return [(variable, factor * coefficient) for variable, coefficient in terms]
+
+
+def _at_most(solver: pywraplp.Solver, terms: list[_Term], bound: float) -> None:
+    """Add the row sum(coefficient x variable) <= bound, with the coefficients of a repeated variable summed.
+
+    Rows are set coefficient by coefficient: building them from operator expressions took most of the time of
+    a programme on a small problem. A row without variables is kept as the linear solver's API keeps a
+    constant comparison (a row 0 = 0 when it holds, an infeasible row 1 = 1 over no variables when not)."""
+    if not terms:
+        if bound >= 0:
+            solver.Constraint(0.0, 0.0)
+        else:
+            solver.Constraint(1.0, 1.0)
+        return
+    # Keyed by the variable's index: a variable's == builds a constraint instead of comparing.
+    merged: dict[int, tuple[pywraplp.Variable, float]] = {}
+    for variable, coefficient in terms:
+        _, before = merged.get(variable.index(), (variable, 0.0))
+        merged[variable.index()] = (variable, before + coefficient)
+    row = solver.Constraint(-solver.infinity(), bound)
+    for variable, coefficient in merged.values():
+        row.SetCoefficient(variable, coefficient)
 
 
 def _loose(bound: float) -> float:

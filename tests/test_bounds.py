@@ -8,6 +8,7 @@ named schedule and greedy list schedule that fits the budget. The proof arithmet
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -52,19 +53,23 @@ def device_facts(timeline: Timeline) -> list[tuple[float, float, float]]:
     return facts
 
 
-def check_bounds_hold(problem: Problem, timeline: Timeline) -> None:
-    """Every bound of the problem holds for this feasible timeline."""
+def check_bounds_hold(problem: Problem, timelines: Iterable[Timeline]) -> None:
+    """Every bound of the problem holds for each of these feasible timelines (the bounds depend on the problem
+    alone, so they are computed once)."""
     per_device = device_lower_bounds(problem)
     ends = device_end_lower_bounds(problem)
-    for d, (first, span, last) in enumerate(device_facts(timeline)):
-        start_bound, span_bound = per_device[d]
-        assert first >= start_bound - EPS, f"device {d} starts at {first}, bound {start_bound}"
-        assert span >= span_bound - EPS, f"device {d} span {span}, bound {span_bound}"
-        assert last >= ends[d] - EPS, f"device {d} ends at {last}, bound {ends[d]}"
-    assert value_of(timeline, "makespan") >= makespan_lower_bound(problem) - EPS
-    assert value_of(timeline, "stage_span") >= stage_span_lower_bound(problem) - EPS
-    peaks = compute_metrics(timeline).peak_memory_per_device
-    assert all(peak >= need - EPS for peak, need in zip(peaks, minimum_budget(problem)))
+    makespan, stage_span = makespan_lower_bound(problem), stage_span_lower_bound(problem)
+    needs = minimum_budget(problem)
+    for timeline in timelines:
+        for d, (first, span, last) in enumerate(device_facts(timeline)):
+            start_bound, span_bound = per_device[d]
+            assert first >= start_bound - EPS, f"device {d} starts at {first}, bound {start_bound}"
+            assert span >= span_bound - EPS, f"device {d} span {span}, bound {span_bound}"
+            assert last >= ends[d] - EPS, f"device {d} ends at {last}, bound {ends[d]}"
+        assert value_of(timeline, "makespan") >= makespan - EPS
+        assert value_of(timeline, "stage_span") >= stage_span - EPS
+        peaks = compute_metrics(timeline).peak_memory_per_device
+        assert all(peak >= need - EPS for peak, need in zip(peaks, needs))
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -72,8 +77,7 @@ def check_bounds_hold(problem: Problem, timeline: Timeline) -> None:
 def test_every_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem) -> None:
     timelines = list(feasible_timelines(problem))
     assert timelines, "a budget of at least one microbatch always admits a schedule"
-    for timeline in timelines:
-        check_bounds_hold(problem, timeline)
+    check_bounds_hold(problem, timelines)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -81,8 +85,7 @@ def test_every_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Pr
 def test_every_bound_holds_for_every_feasible_order_of_tiny_two_chunk_problems(problem: Problem) -> None:
     timelines = list(feasible_timelines(problem))
     assert timelines, "a budget of at least one microbatch's footprint always admits a schedule"
-    for timeline in timelines:
-        check_bounds_hold(problem, timeline)
+    check_bounds_hold(problem, timelines)
 
 
 def test_memory_bounds_see_chunks_across_devices() -> None:
@@ -112,8 +115,7 @@ def test_bounds_meet_or_stay_below_the_exhaustive_optimum(fields: dict[str, Any]
     """Known cases, including chunks: the bound is at most the optimum, and every order obeys it."""
     problem = Problem.build(**fields)
     timelines = list(feasible_timelines(problem))
-    for timeline in timelines:
-        check_bounds_hold(problem, timeline)
+    check_bounds_hold(problem, timelines)
     best = min(value_of(t, "makespan") for t in timelines)
     assert makespan_lower_bound(problem) <= best + EPS
 
@@ -263,10 +265,8 @@ def random_problems(draw: st.DrawFn) -> Problem:
 @given(random_problems())
 def test_bounds_never_exceed_any_generator_that_fits(problem: Problem) -> None:
     built, _ = generate_applicable(problem)
-    for schedule in [*built, *greedy_schedules(problem)]:
-        timeline = simulate(problem, schedule)
-        if compute_metrics(timeline).feasible:
-            check_bounds_hold(problem, timeline)
+    timelines = [simulate(problem, schedule) for schedule in [*built, *greedy_schedules(problem)]]
+    check_bounds_hold(problem, [timeline for timeline in timelines if compute_metrics(timeline).feasible])
 
 
 @pytest.mark.parametrize("value, bound, expected", [

@@ -1,5 +1,5 @@
 """The window bound (pipeplan.spacing): hand-derived windows, the chaining, and the bound against every feasible
-order of tiny problems and against optima that CP-SAT proves without it on small random ones."""
+order of tiny problems (against optima that CP-SAT proves without it: test_relaxations_below_optima.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import pytest
 from exhaustive import (
     family,
     feasible_timelines,
-    proven_optimum,
     small_problems,
     tiny_chunk_problems,
     tiny_problems,
     value_of,
 )
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeplan import Problem, simulate, spacing
@@ -107,15 +106,6 @@ def test_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem)
     for timeline in feasible_timelines(problem):
         for objective in ("makespan", "stage_span"):
             assert bound <= value_of(timeline, objective) + EPS
-
-
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(small_problems(), st.sampled_from(["makespan", "stage_span"]))
-def test_bound_never_exceeds_an_optimum_proven_without_it(problem: Problem, objective: str) -> None:
-    optimum = proven_optimum(problem, objective)
-    assume(optimum is not None)  # an example CP-SAT does not prove in time is replaced by another
-    assert optimum is not None
-    assert _window_bound(problem) <= optimum + EPS
 
 
 def test_solver_reports_the_window_bound_where_it_is_stronger() -> None:
