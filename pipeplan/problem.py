@@ -13,7 +13,7 @@ import numbers
 import reprlib
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
 
@@ -73,9 +73,6 @@ class OpKind(enum.Enum):
     W = "W"
 
 
-_KIND_POSITION = {kind: position for position, kind in enumerate(OpKind)}
-
-
 @dataclass(frozen=True, slots=True)
 class Op:
     """One pass of one microbatch through one model stage.
@@ -88,16 +85,6 @@ class Op:
     stage: int
     microbatch: int
     chunk: int = 0
-    # Ops are dict and set keys everywhere (replays, solver variables, timelines), so the hash is computed once.
-    # It hashes the kind's position, not the member: a string's hash differs between processes, and an op
-    # pickled to a worker process (sweeps, Ray) must keep a hash that agrees with the ops built there.
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((_KIND_POSITION[self.kind], self.stage, self.microbatch, self.chunk)))
-
-    def __hash__(self) -> int:
-        return self._hash
 
     @property
     def label(self) -> str:
