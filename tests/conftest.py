@@ -1,5 +1,5 @@
-"""Suite-wide hooks and fixtures: a visible closing line for tests that could not run on this machine, and CP-SAT
-searches that end UNKNOWN on demand.
+"""Suite-wide hooks and fixtures: a visible closing line for tests that could not run on this machine, CP-SAT
+searches that end UNKNOWN on demand, and command output as a pipe shows it whatever terminal runs the suite.
 
 The browser test needs Debian's chromium, the torch tests PyTorch 2.13.0 and the Ray tests Ray; without them
 those tests are skipped (CI installs all three). A skip in the middle of a dotted line is easy to miss, so the
@@ -14,6 +14,14 @@ import pytest
 from ortools.sat.python import cp_model
 
 from pipeplan import solver as solver_module
+
+
+@pytest.fixture(autouse=True)
+def _output_as_piped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands' tables are checked as a pipe shows them (160 columns unless $COLUMNS says otherwise), not at
+    the width of whatever runs the suite: pytest-xdist's workers, for one, set COLUMNS to 80, which truncates a
+    wide table's cells."""
+    monkeypatch.delenv("COLUMNS", raising=False)
 
 
 @pytest.fixture
