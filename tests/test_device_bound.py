@@ -28,6 +28,7 @@ from ortools.sat.python import cp_model
 
 from pipeplan import Problem, simulate
 from pipeplan import solver as solver_module
+from pipeplan import spacing as spacing_module
 from pipeplan.bounds import makespan_lower_bound
 from pipeplan.device_bound import chains, devices_to_try, memory_counts, other_memory_lags, relaxation
 from pipeplan.problem import Op, OpKind
@@ -97,15 +98,17 @@ def test_window_cuts_reach_the_forwards_of_stage_0_only() -> None:
     assert plain[1] and _solve(problem, 1, limit_s=10, spacings={1: wide}) == pytest.approx(plain)
 
 
-def test_window_cuts_raise_a_bound() -> None:
+def test_window_cuts_raise_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """P=6, N=12, 1 chunk, budget 4: device 0's relaxation alone proves 45.90 and so does the window bound
     alone; the relaxation with the window bound's spacings as cuts proves 46.34, more than either, and no
     more than the best warm start. The spacings are ones the window bound proves (at least these: checked
-    first; delta_10 is 3148 when its window is solved to the end), written out so that a window solve slowed
-    down by a loaded machine cannot change what the rest of the test compares."""
+    first, each window given up to 20 s instead of the solver's 2 s so that a loaded machine still solves it;
+    delta_10 is 3148 when its window is solved to the end), written out so that a window solve slowed down by a
+    loaded machine cannot change what the rest of the test compares."""
     problem = family(6, 12, 4)
     ticked, scale, _ = tick_problem(problem)
     deltas = {1: 100, 4: 1280, 5: 1530, 6: 1780, 7: 2030, 8: 2560, 9: 2854, 10: 3060}  # ticks of 0.01
+    monkeypatch.setattr(spacing_module, "WINDOW_LIMIT_S", 20.0)
     proven = _deltas(problem, limit_s=60)  # ends as soon as every window is solved to the end (seconds)
     assert all(proven.get(j, 0) >= gap for j, gap in deltas.items())  # so these are proven too
     assert bound_from(ticked, deltas) / scale == pytest.approx(45.90)
@@ -348,7 +351,9 @@ def test_solve_reports_relaxation_bounds_and_neighbourhood_finds_in_order(monkey
     assert all(after >= before - EPS for before, after in zip(bounds, bounds[1:]))
     assert objectives[-1] == pytest.approx(result.objective)
     assert bounds[-1] == pytest.approx(result.lower_bound)
-    assert result.lower_bound >= 30.71 - 1e-6  # the relaxation's, reported while it ran
+    # The relaxation's, reported while it ran: it proves 30.71 when solved to the end (30.62 in these 6 s on a
+    # machine with a third busy process); the whole-model search alone proves about 27.
+    assert result.lower_bound >= 30.0
     assert result.lower_bound <= result.objective + EPS
 
 
