@@ -130,6 +130,7 @@ def test_one_activation_of_room_makes_the_memory_chain_tight() -> None:
     assert one_at_a_time.feasible and one_at_a_time.makespan == pytest.approx(12.0)
 
 
+@pytest.mark.usefixtures("without_window_spacing")
 def test_a_full_budget_makes_each_memory_chain_step_wait_for_a_w_or_the_next_b() -> None:
     """P=4, N=16, F:B:W = 1:1:0.5, comm 0.03, weight_activation 0.35, room for 2 activations. On device 0 the
     round trip is 4 F + 3 B + 6 links = 7.18. When F(m + 2) starts, m + 1 and m + 2 hold 2 activations, so W(m)'s
@@ -143,6 +144,7 @@ def test_a_full_budget_makes_each_memory_chain_step_wait_for_a_w_or_the_next_b()
     assert result.status == OPTIMAL and result.objective == pytest.approx(74.58)
 
 
+@pytest.mark.usefixtures("without_window_spacing")
 def test_a_budget_leaves_idle_time_at_both_ends_of_a_device_with_two_chunks() -> None:
     """P=3, N=3, two chunks in V placement (device 2 holds stages 2 and 3), F = B = 0.5 per chunk, no links,
     0.5 activation per chunk, budget 2 (four chunk activations). Device 2 starts at 1 (F0, F1). Head window:
@@ -160,6 +162,7 @@ def test_a_budget_leaves_idle_time_at_both_ends_of_a_device_with_two_chunks() ->
     assert result.status == OPTIMAL and result.objective == pytest.approx(10.0)
 
 
+@pytest.mark.usefixtures("without_window_spacing")
 def test_the_tail_window_runs_down_to_the_devices_lowest_stage() -> None:
     """P=4, N=6, two chunks in loop placement (device 0 holds stages 0 and 4), the benchmark family per chunk:
     F = B = 0.5, W = 0.25, links 0.03, activation 0.5 (0.175 kept for W), budget 3. Device 0 works 15.

@@ -289,9 +289,9 @@ def test_a_read_only_store_exits_2(capsys: pytest.CaptureFixture[str], tmp_path:
 
 # Many named-schedule replays of a few milliseconds each: a store written to many times a second.
 WRITE_HEAVY = {
-    "name": "write-heavy", "model": TINY, "hardware": "h100-80gb", "num_gpus": [8, 16, 32],
+    "name": "write-heavy", "model": TINY, "hardware": "h100-80gb", "num_gpus": [8, 16],
     "global_batch_size": 64, "seq_len": 128,
-    "search": {"tensor_parallel": [1, 2], "pipeline_parallel": [2, 4, 8], "microbatch_size": [1, 2],
+    "search": {"tensor_parallel": [1, 2], "pipeline_parallel": [2, 4, 8], "microbatch_size": [1],
                "num_chunks": [1, 2], "recompute": ["none", "selective"],
                "schedules": ["1f1b", "zb-h1", "interleaved-1f1b", "zb-v", "dualpipe-v", "gpipe"]},
 }
