@@ -666,10 +666,11 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
         with _Interrupts(stop), _ProgressLine(not quiet, cfg.units.time, cfg.units.memory) as progress:
             rows = frontier(cfg.problem, sweep, settings, progress=progress, stop=stop)
         _write_frontier(out, force, rows, cfg, settings, no_png)
-    from pipeplan.report.tables import frontier_table
+    from pipeplan.report.tables import frontier_tables
 
     console = _console()
-    console.print(frontier_table(cfg.name, rows, settings.objective, cfg.units))
+    for table in frontier_tables(cfg.name, rows, settings.objective, cfg.units, width=console.width):
+        console.print(table)
     for row in rows:
         if row.note:
             console.print(f"budget {row.budget:g}: {row.note}", style="yellow", soft_wrap=True)
@@ -747,15 +748,16 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     console = _console()
     stats = result.stats
     if stats.stopped:
-        console.print(top_table(f"{loaded.name}: top {top} of the configurations finished", result.frame, top))
+        console.print(*top_table(f"{loaded.name}: top {top} of the configurations finished", result.frame, top,
+                                 console.width))
         place.summary(console, stats.total, stats.reused, stats.failures)
         where = f" (kept in {place.store_path})" if place.store_path is not None else ""
         click.echo(f"pipeplan: interrupted: {stats.done} of {stats.total} tasks finished{where}; run the same "
                    "command again to resume", err=True)
         raise click.exceptions.Exit(INTERRUPTED)
-    console.print(top_table(f"{loaded.name}: top {top} configurations that fit", result.frame, top))
+    console.print(*top_table(f"{loaded.name}: top {top} configurations that fit", result.frame, top, console.width))
     if result.frame["num_gpus"].nunique() > 1:
-        console.print(per_gpu_count_table("the best configuration at each GPU count", result.frame))
+        console.print(*per_gpu_count_table("the best configuration at each GPU count", result.frame, console.width))
     console.print(gain_sentence(result.gain_label, result.baseline, result.optimal), soft_wrap=True)
     skipped = int(result.frame["skipped"].notna().sum())
     over = int((result.frame["skipped"].isna() & ~result.frame["fits"]).sum())

@@ -88,6 +88,25 @@ def test_unsolvable_budget_names_the_smallest_budget_that_works(
     assert "INFEASIBLE" in stdout and message in stdout.replace("\n", "")
 
 
+@pytest.mark.parametrize("columns", [160, 80, 60])
+def test_a_narrow_terminal_gets_the_frontier_in_tables_that_cut_no_cell(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    """Five named schedules beside the optimizer's four columns need about 100 columns. At 160 they are one table;
+    narrower, the optimizer's columns come first in a table of their own and the named schedules follow in as many
+    tables as fit, so that every name, value and status is printed whole (no "…") within the terminal's width."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, stdout, err = run(capsys, "frontier", str(CONFIGS / "unsolvable-budget-below-chunks.yaml"),
+                            "--budgets", "0.75:1:0.25", "--quiet", "--time-limit", "2")
+    assert code == 0, err
+    assert "…" not in stdout
+    tables = stdout[:stdout.index("budget 0.75: ")]  # the note after them is one long line the terminal wraps
+    assert max(len(line) for line in tables.splitlines()) <= columns
+    assert ("(1 of " in tables) == (columns < 160)
+    for word in ["gpipe", "zb-v", "dualpipe-v", "v-half", "v-min", "INFEASIBLE", "OPTIMAL", "(10.75)", "14.75"]:
+        assert word in stdout, word
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

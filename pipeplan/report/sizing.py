@@ -22,6 +22,7 @@ from pipeplan import __version__
 from pipeplan.config import SolverSettings, Units
 from pipeplan.report.figures import gantt, memory_figure, schedule_colours
 from pipeplan.report.files import config_record, write_folder
+from pipeplan.report.tables import Column, fitted_tables
 from pipeplan.simulate import Timeline
 from pipeplan.sizing.study import StudyResult
 from pipeplan.sizing.sweep import candidate_label
@@ -49,6 +50,10 @@ TOP_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+_TOP_HEADERS = [Column(header, "left" if header in ("recompute", "schedule") else "right")
+                for _, header, _ in TOP_COLUMNS]
+
+
 def _cell(value: Any, fmt: str) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "-"
@@ -62,15 +67,13 @@ def top_rows(frame: pd.DataFrame, top: int) -> pd.DataFrame:
     return frame[frame["fits"]].head(top)
 
 
-def top_table(title: str, frame: pd.DataFrame, top: int) -> Table:
-    """The ``top`` fastest fitting configurations as a rich table, the best one marked."""
-    table = Table(title=title, header_style="bold")
-    for _, header, _ in TOP_COLUMNS:
-        table.add_column(header, justify="left" if header in ("recompute", "schedule") else "right", no_wrap=True)
-    for i, (_, row) in enumerate(top_rows(frame, top).iterrows()):
-        table.add_row(*[_cell(row[column], fmt) for column, _, fmt in TOP_COLUMNS],
-                      style="bold green" if i == 0 else None)
-    return table
+def top_table(title: str, frame: pd.DataFrame, top: int, width: int | None = None) -> list[Table]:
+    """The ``top`` fastest fitting configurations as rich tables (one when it fits in ``width`` columns, see
+    :func:`pipeplan.report.tables.fitted_tables`), the best one marked."""
+    rows = top_rows(frame, top)
+    body = [[_cell(row[column], fmt) for column, _, fmt in TOP_COLUMNS] for _, row in rows.iterrows()]
+    return fitted_tables(title, _TOP_HEADERS, body, width, keep=0,
+                         row_styles=["bold green" if i == 0 else None for i in range(len(body))])
 
 
 def best_per_gpu_count(frame: pd.DataFrame) -> pd.DataFrame:
@@ -80,16 +83,12 @@ def best_per_gpu_count(frame: pd.DataFrame) -> pd.DataFrame:
         "num_gpus")
 
 
-def per_gpu_count_table(title: str, frame: pd.DataFrame) -> Table:
-    """The best configuration at each GPU count as a rich table (tokens/s also per GPU)."""
-    table = Table(title=title, header_style="bold")
-    for _, header, _ in TOP_COLUMNS:
-        table.add_column(header, justify="left" if header in ("recompute", "schedule") else "right", no_wrap=True)
-    table.add_column("tokens/s/GPU", justify="right")
-    for _, row in best_per_gpu_count(frame).iterrows():
-        table.add_row(*[_cell(row[column], fmt) for column, _, fmt in TOP_COLUMNS],
-                      f"{row['tokens_per_s'] / row['num_gpus']:,.0f}")
-    return table
+def per_gpu_count_table(title: str, frame: pd.DataFrame, width: int | None = None) -> list[Table]:
+    """The best configuration at each GPU count as rich tables (tokens/s also per GPU; one table when it fits in
+    ``width`` columns, else parts that each start with the GPU count)."""
+    body = [[*(_cell(row[column], fmt) for column, _, fmt in TOP_COLUMNS),
+             f"{row['tokens_per_s'] / row['num_gpus']:,.0f}"] for _, row in best_per_gpu_count(frame).iterrows()]
+    return fitted_tables(title, [*_TOP_HEADERS, Column("tokens/s/GPU")], body, width, keep=1)
 
 
 def gain_sentence(label: str, baseline: dict[str, Any], optimal: dict[str, Any]) -> str:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len
+from rich.console import Console, JustifyMethod
 from rich.table import Table
+from rich.text import Text
 
 from pipeplan.config import Units
 from pipeplan.frontier import FrontierRow
@@ -105,38 +110,94 @@ def comparison_table(summary: dict[str, Any], units: Units) -> Table:
     return table
 
 
-def frontier_table(name: str, rows: Sequence[FrontierRow], objective: str, units: Units) -> Table:
+def frontier_tables(name: str, rows: Sequence[FrontierRow], objective: str, units: Units,
+                    width: int | None = None) -> list[Table]:
     """A frontier sweep as one row per budget: each schedule's objective, then the optimizer's with its proof.
 
-    Values in parentheses are over the budget (shown, but not a choice); "-" means not applicable there.
+    Values in parentheses are over the budget (shown, but not a choice); "-" means not applicable there. One
+    table when it fits in ``width`` columns (or ``width`` is None); otherwise :func:`fitted_tables`' parts, the
+    optimizer's columns first.
     """
     budgets = sorted({row.budget for row in rows})
     named = list(dict.fromkeys(row.schedule for row in rows if row.schedule != "optimal"))
     cell: dict[tuple[float, str], FrontierRow] = {(row.budget, row.schedule): row for row in rows}  # keyed by
     # (budget, schedule name)
-    table = Table(title=f"{name}: {objective.replace('_', ' ')} ({units.time}) against budget ({units.memory})",
-                  header_style="bold")
-    table.add_column(f"budget ({units.memory})", justify="right")
-    for schedule in named:
-        table.add_column(schedule, justify="right")
-    table.add_column("optimal", justify="right", style="bold")
-    table.add_column("lower bound", justify="right")
-    table.add_column("gap", justify="right")
-    table.add_column("status")
-    for budget in budgets:
-        values = []
-        for schedule in named:
-            row = cell.get((budget, schedule))
-            if row is None or row.objective is None:
-                values.append("-")
-            else:
-                values.append(_fmt_time(row.objective) if row.feasible else f"[dim]({_fmt_time(row.objective)})[/dim]")
+
+    def named_cell(budget: float, schedule: str) -> str:
+        row = cell.get((budget, schedule))
+        if row is None or row.objective is None:
+            return "-"
+        return _fmt_time(row.objective) if row.feasible else f"[dim]({_fmt_time(row.objective)})[/dim]"
+
+    def solved_cells(budget: float) -> list[str]:
         opt = cell.get((budget, "optimal"))
         if opt is None or opt.objective is None:
-            solved = ["-", "-", "-", opt.status if opt is not None and opt.status else "-"]
+            return ["-", "-", "-", opt.status if opt is not None and opt.status else "-"]
+        assert opt.lower_bound is not None and opt.gap is not None
+        return [_fmt_time(opt.objective), _fmt_time(opt.lower_bound), format_gap(opt.gap), opt.status or ""]
+
+    columns = [Column(f"budget ({units.memory})"), *(Column(schedule) for schedule in named),
+               Column("optimal", style="bold"), Column("lower bound"), Column("gap"), Column("status", "left")]
+    body = [[f"{budget:g}", *(named_cell(budget, s) for s in named), *solved_cells(budget)] for budget in budgets]
+    solved = list(range(len(columns) - 4, len(columns)))
+    return fitted_tables(f"{name}: {objective.replace('_', ' ')} ({units.time}) against budget ({units.memory})",
+                         columns, body, width, keep=1, order=[*solved, *range(1, len(named) + 1)],
+                         caption="(value) = over the budget; the optimizer's column never rises as the budget grows")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header, how its cells are justified and their style."""
+
+    header: str
+    justify: JustifyMethod = "right"
+    style: str | None = None
+
+
+def fitted_tables(title: str, columns: Sequence[Column], body: Sequence[Sequence[str]], width: int | None, *,
+                  keep: int = 1, order: Sequence[int] | None = None, caption: str | None = None,
+                  row_styles: Sequence[str | None] | None = None) -> list[Table]:
+    """``body`` (rows of cells, rich markup allowed) as one table when it fits in ``width`` columns (or ``width``
+    is None), else as several: no cell is ever wrapped or cut short (headers may wrap). Each part repeats the first
+    ``keep`` columns, which identify a row, and takes as many of the others as fit, in ``order`` (their indices;
+    default: as given); with ``keep`` 0 the parts number the rows in a "#" column instead. Parts are titled
+    "``title`` (i of n)"; the caption goes under the last."""
+    widest = [max((Text.from_markup(row[i]).cell_len for row in body), default=1) for i in range(len(columns))]
+
+    def table(part_title: str, indices: Sequence[int], numbered: bool = False) -> Table:
+        out = Table(title=part_title, header_style="bold")
+        if numbered:
+            out.add_column("#", justify="right", min_width=len(str(len(body))))
+        for i in indices:
+            column = columns[i]
+            out.add_column(column.header, justify=column.justify, style=column.style, min_width=widest[i])
+        for r, row in enumerate(body):
+            out.add_row(*([str(r + 1)] if numbered else []), *(row[i] for i in indices),
+                        style=row_styles[r] if row_styles is not None else None)
+        return out
+
+    whole = table(title, range(len(columns)))
+    if width is None or _fits(whole, width):
+        whole.caption = caption
+        return [whole]
+    kept = list(range(keep))
+    groups: list[list[int]] = []
+    for i in order if order is not None else range(keep, len(columns)):
+        if groups and _fits(table("", [*kept, *groups[-1], i], numbered=not kept), width):
+            groups[-1].append(i)
         else:
-            assert opt.lower_bound is not None and opt.gap is not None
-            solved = [_fmt_time(opt.objective), _fmt_time(opt.lower_bound), format_gap(opt.gap), opt.status or ""]
-        table.add_row(f"{budget:g}", *values, *solved)
-    table.caption = "(value) = over the budget; the optimizer's column never rises as the budget grows"
-    return table
+            groups.append([i])
+    parts = [table(f"{title} ({n + 1} of {len(groups)})", [*kept, *group], numbered=not kept)
+             for n, group in enumerate(groups)]
+    parts[-1].caption = caption
+    return parts
+
+
+def _fits(table: Table, width: int) -> bool:
+    """Whether rich draws ``table`` within ``width`` columns without cutting a cell or a header short (it may wrap
+    headers). Measured by drawing it: rich's own least width assumes every column at its least at once, which its
+    layout does not always reach."""
+    out = io.StringIO()
+    Console(width=width, file=out, color_system=None, highlight=False).print(table, crop=False)
+    drawn = out.getvalue()
+    return "…" not in drawn and all(cell_len(line) <= width for line in drawn.splitlines())
