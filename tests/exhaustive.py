@@ -9,7 +9,8 @@ from collections.abc import Iterator, Sequence
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
-from pipeplan import Op, Problem, Schedule, ScheduleError, Timeline, compute_metrics, simulate
+from pipeplan import Op, OpKind, Problem, Schedule, ScheduleError, Timeline, compute_metrics, simulate
+from pipeplan.metrics import within_budget
 from pipeplan.solver import _Model, tick_problem
 
 OBJECTIVES = ("makespan", "stage_span")
@@ -33,21 +34,38 @@ def feasible_timelines(problem: Problem) -> Iterator[Timeline]:
     """The replay of every per-device order that runs (no deadlock) and fits the budget.
 
     Only orders that keep each same-device dependency are tried (any other deadlocks). Peak memory depends only
-    on the order (allocations and releases on a device follow its order) and the replay starts every op as
-    early as its order allows, so these timelines include an optimal schedule for every objective.
+    on the order (a device runs its ops one after another; F allocates at its start, B and W release at their
+    end, a release before an allocation at the same time), so orders over a device's budget are dropped before
+    the devices' orders are combined; and the replay starts every op as early as its order allows, so these
+    timelines include an optimal schedule for every objective.
     """
     per_device = []
     for d in range(problem.num_devices):
         ops = [op for op in problem.all_ops() if problem.device_of(op.stage) == d]
         before = {(dep, op) for op in ops for dep, _ in problem.dependencies(op) if problem.device_of(dep.stage) == d}
-        per_device.append(list(orders_of(ops, before)))
+        per_device.append([order for order in orders_of(ops, before) if _order_fits(problem, d, order)])
     for orders in itertools.product(*per_device):
         try:
             timeline = simulate(problem, Schedule.from_lists("candidate", orders))
         except ScheduleError:
             continue  # deadlocks across devices
-        if compute_metrics(timeline).feasible:
-            yield timeline
+        assert compute_metrics(timeline).feasible, "an order within budget replays within budget"
+        yield timeline
+
+
+def _order_fits(problem: Problem, device: int, order: Sequence[Op]) -> bool:
+    """Whether ``order`` on ``device`` stays within its budget: the peak of the running sum of what each op
+    allocates (F) and releases (B, W), with the slack of :func:`pipeplan.metrics.within_budget`."""
+    if problem.budget is None:
+        return True
+    level = peak = 0.0
+    for op in order:
+        if op.kind is OpKind.F:
+            level += problem.allocated_by(op.kind, op.stage)
+            peak = max(peak, level)
+        else:
+            level -= problem.released_by(op.kind, op.stage)
+    return within_budget([peak], (problem.budget[device],))
 
 
 def value_of(timeline: Timeline, objective: str) -> float:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
+
 from pipeplan import Metrics, OpKind, Problem, Timeline, compute_metrics, generate, simulate
 
 EPS = 1e-6
@@ -34,11 +36,13 @@ def peak_memory(problem: Problem, timeline: Timeline) -> list[float]:
             intervals[device].append((alloc, b_end, act))
     peaks = []
     for device in range(problem.num_devices):
-        ivs = intervals[device]
-        peak = 0.0
-        for t, _, _ in ivs:
-            peak = max(peak, sum(amount for a, f, amount in ivs if a <= t < f))
-        peaks.append(peak)
+        if not intervals[device]:
+            peaks.append(0.0)
+            continue
+        alloc, free, amount = (np.array(column, dtype=float) for column in zip(*intervals[device]))
+        # live[i, j]: interval j is live at the instant interval i allocates (every pair, as a matrix)
+        live = (alloc[None, :] <= alloc[:, None]) & (alloc[:, None] < free[None, :])
+        peaks.append(max(0.0, float((live * amount[None, :]).sum(axis=1).max())))
     return peaks
 
 
