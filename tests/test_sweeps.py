@@ -60,10 +60,13 @@ def child_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
     ray = pytest.importorskip("ray")
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     yield ray
     ray.shutdown()
+    for signum, handler in handlers.items():  # ray.init installs its own; later tests in this worker expect theirs
+        signal.signal(signum, handler)
 
 
 def by_key(frame: pd.DataFrame) -> pd.DataFrame:
