@@ -159,9 +159,10 @@ def fitted_tables(title: str, columns: Sequence[Column], body: Sequence[Sequence
                   row_styles: Sequence[str | None] | None = None) -> list[Table]:
     """``body`` (rows of cells, rich markup allowed) as one table when it fits in ``width`` columns (or ``width``
     is None), else as several: no cell is ever wrapped or cut short (headers may wrap). Each part repeats the first
-    ``keep`` columns, which identify a row, and takes as many of the others as fit, in ``order`` (their indices;
-    default: as given); with ``keep`` 0 the parts number the rows in a "#" column instead. Parts are titled
-    "``title`` (i of n)"; the caption goes under the last."""
+    ``keep`` columns, which identify a row, and takes as many of the others as fit, in ``order`` (their indices,
+    none of them kept; default: as given); with ``keep`` 0 the parts number the rows in a "#" column instead.
+    Parts are titled "``title`` (i of n)"; the caption goes under the last. A column too wide to fit beside the
+    kept ones even alone gets a part of its own, wider than ``width``."""
     widest = [max((Text.from_markup(row[i]).cell_len for row in body), default=1) for i in range(len(columns))]
 
     def table(part_title: str, indices: Sequence[int], numbered: bool = False) -> Table:
@@ -176,8 +177,9 @@ def fitted_tables(title: str, columns: Sequence[Column], body: Sequence[Sequence
                         style=row_styles[r] if row_styles is not None else None)
         return out
 
-    whole = table(title, range(len(columns)))
-    if width is None or _fits(whole, width):
+    keep = min(keep, len(columns))
+    if width is None or keep == len(columns) or _fits(table("", range(len(columns))), width):
+        whole = table(title, range(len(columns)))
         whole.caption = caption
         return [whole]
     kept = list(range(keep))
