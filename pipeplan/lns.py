@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from pipeplan import cpsat
 from pipeplan.metrics import compute_metrics
 from pipeplan.problem import Op, Problem
 from pipeplan.schedule import Schedule
@@ -153,10 +154,8 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
         solver.parameters.num_workers = num_workers
         solver.parameters.random_seed = seed + tried
         _without_linear_relaxation(solver)
-        # Ctrl-C is the caller's (its handler asks should_stop() to end the loop): CP-SAT must not swallow it.
-        # A sub-solve is limited to SUB_SOLVE_S, so the handler runs about that soon.
-        solver.parameters.catch_sigint_signal = False
-        status = solver.solve(model)
+        # Ctrl-C is the caller's: its handler makes should_stop() true, which also ends a sub-solve under way.
+        status = cpsat.run_stoppable(solver, model, should_stop)
         tried += 1
         if status == cp_model.MODEL_INVALID:  # a bug in the sub-model or its parameters, never an answer
             raise RuntimeError(f"CP-SAT rejected a neighbourhood's model: {solver.solution_info()}")

@@ -33,7 +33,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from pipeplan import device_bound, fluid_bound, lattice, lns, periodic, schedules, spacing
+from pipeplan import cpsat, device_bound, fluid_bound, lattice, lns, periodic, schedules, spacing
 from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
@@ -823,44 +823,15 @@ def _reason_not_to_search(problem: Problem, best: _Candidate, bound: float, dead
 
 def _run_search(solver: cp_model.CpSolver, model: cp_model.CpModel, callback: _Progress | None,
                 stop: StopRequest | None) -> cp_model.CpSolverStatus:
-    """Run CP-SAT in a helper thread while this thread waits, so that Python signal handlers (which run only
-    in the main thread, between bytecodes) can stop it; CP-SAT's own SIGINT handler is off. An exception raised
-    in the wait (a second Ctrl-C, SIGTERM) stops the search, waits until CP-SAT has really returned (a native
-    search still running when the interpreter exits aborts the process) and propagates.
-
-    The wait is on an event, not on ``Thread.join``: an exception that interrupts a join can leave the thread
-    marked as finished while it still runs."""
-    solver.parameters.catch_sigint_signal = False
-    outcome: dict[str, Any] = {}
-    done = threading.Event()
-
-    def search() -> None:
-        try:
-            outcome["status"] = solver.solve(model, callback)
-        except BaseException as exc:  # handed to the waiting thread
-            outcome["error"] = exc
-        finally:
-            done.set()
-
-    if stop is not None:
-        stop._attach(solver)
+    """Run CP-SAT so that Python signal handlers can stop it (:func:`pipeplan.cpsat.run_stoppable`), and so that
+    ``stop`` stops it too: at once when requested from another thread, within a poll from a signal handler."""
+    if stop is None:
+        return cpsat.run_stoppable(solver, model, callback=callback)
+    stop._attach(solver)
     try:
-        threading.Thread(target=search, name="cp-sat", daemon=True).start()
-        while not done.wait(0.05):
-            if stop is not None and stop.requested:
-                # Again while it runs: CP-SAT ignores a stop that comes before its search has started.
-                solver.stop_search()
-    except BaseException:
-        solver.stop_search()
-        done.wait()
-        raise
+        return cpsat.run_stoppable(solver, model, lambda: stop.requested, callback)
     finally:
-        if stop is not None:
-            stop._detach(solver)
-    if "error" in outcome:
-        raise outcome["error"]
-    status: cp_model.CpSolverStatus = outcome["status"]
-    return status
+        stop._detach(solver)
 
 
 def _settings(settings: SolverSettings | None, **overrides: Any) -> SolverSettings:

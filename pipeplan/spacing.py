@@ -49,6 +49,7 @@ from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
+from pipeplan import cpsat
 from pipeplan.bounds import memory_binds, round_trips
 from pipeplan.problem import Op, OpKind, Problem
 
@@ -64,13 +65,15 @@ MAX_UNPROVEN = 2
 
 
 def solve_window(ticked: Problem, j: int, time_limit_s: float, num_workers: int = 1, seed: int = 0,
-                 known: dict[int, int] | None = None) -> tuple[int, bool]:
+                 known: dict[int, int] | None = None,
+                 should_stop: Callable[[], bool] = lambda: False) -> tuple[int, bool]:
     """A proven lower bound on delta_j (in ticks) for the ticked problem: the least time from F(0, 0) to
     F(0, j) when microbatches 0 .. j run alone, and whether it is delta_j itself (CP-SAT proved it optimal
     within ``time_limit_s``).
 
     ``known`` maps windows i to proven lower bounds on delta_i; those with i < j cut the model (F(0, m + i) at
-    least delta_i after F(0, m), see the module's docstring), the others are ignored."""
+    least delta_i after F(0, m), see the module's docstring), the others are ignored. The solve ends early when
+    ``should_stop()`` turns true; what it proved by then is still a bound."""
     if j < 1:
         raise ValueError("the window must hold at least two microbatches")
     problem = ticked
@@ -104,9 +107,8 @@ def solve_window(ticked: Problem, j: int, time_limit_s: float, num_workers: int 
     solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
     solver.parameters.num_workers = num_workers
     solver.parameters.random_seed = seed
-    # Ctrl-C is the caller's: a window takes at most WINDOW_LIMIT_S, so its handler runs that soon.
-    solver.parameters.catch_sigint_signal = False
-    status = solver.solve(model)
+    # Ctrl-C is the caller's: its handler makes should_stop() true, which also ends the window's solve.
+    status = cpsat.run_stoppable(solver, model, should_stop)
     # The forwards on stage 0 alone are j apart, and the smaller windows chain: a floor that holds even when
     # CP-SAT proved nothing.
     floor = max(j * length[first], chain(smaller, j))
@@ -193,6 +195,7 @@ def window_deltas(ticked: Problem, deadline: float, num_workers: int = 1, seed: 
         left = deadline - time.monotonic()
         if left < 0.05 or should_stop() or (j + 1) * per_microbatch > MAX_WINDOW_OPS or unproven >= MAX_UNPROVEN:
             break
-        deltas[j], exact = solve_window(problem, j, min(WINDOW_LIMIT_S, left), num_workers, seed, known=deltas)
+        deltas[j], exact = solve_window(problem, j, min(WINDOW_LIMIT_S, left), num_workers, seed, known=deltas,
+                                        should_stop=should_stop)
         unproven = 0 if exact else unproven + 1
     return deltas
