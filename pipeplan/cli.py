@@ -354,7 +354,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
     from pipeplan.report.tables import comparison_table, format_gap
 
     console = _console()
-    console.print(comparison_table(summary, cfg.units))
+    console.print(*comparison_table(summary, cfg.units, console.width))
     opt = comparison.optimal
     console.print(
         f"optimizer: {opt.status} {opt.objective_name} {opt.objective:g} {cfg.units.time}, "

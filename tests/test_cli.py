@@ -107,6 +107,24 @@ def test_a_narrow_terminal_gets_the_frontier_in_tables_that_cut_no_cell(
         assert word in stdout, word
 
 
+@pytest.mark.parametrize("columns", [80, 50])
+def test_a_narrow_terminal_gets_the_solve_table_whole(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    """The comparison table of ``solve`` fits 80 columns as one table; at 50 it comes in parts, each with the
+    schedule column, and still no cell is cut short."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, stdout, err = run(capsys, "solve", TINY, "--time-limit", "2", "--quiet")
+    assert code == 0, err
+    table = stdout[:stdout.index("optimizer: ")]  # the lines after it are long sentences the terminal wraps
+    assert "…" not in table
+    assert max(len(line) for line in table.splitlines()) <= columns
+    assert ("(1 of " in table) == (columns < 80)
+    for word in ["makespan", "bubble", "peak", "fits", "proof", "1f1b", "gpipe"]:
+        assert word in table, word
+    assert table.count("* optimal") == table.count("┏")  # the schedule column in every part
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -71,32 +71,27 @@ def _budget_text(budget: float | list[float] | None, units: Units) -> str:
     return f"budget {values} {units.memory}"
 
 
-def comparison_table(summary: dict[str, Any], units: Units) -> Table:
+def comparison_table(summary: dict[str, Any], units: Units, width: int | None = None) -> list[Table]:
     """Every schedule of a ``solve`` summary side by side; the chosen one marked and highlighted.
 
     Narrow enough for an 80-column terminal: units go in the title, the optimizer's proof in one short cell.
+    Narrower than ``width``, it comes in parts (:func:`fitted_tables`), each with the schedule column.
     """
     objective = summary["objective"]
     chunks = summary.get("num_chunks", 1)
-    table = Table(
-        title=f"{summary['name']}: {summary['num_stages']} stages x {summary['num_microbatches']} microbatches"
-        f"{f' x {chunks} chunks' if chunks > 1 else ''}, {_budget_text(summary['memory_budget'], units)}\n"
-        f"objective {objective}; times in {units.time}, memory in {units.memory}",
-        header_style="bold",
-    )
-    table.add_column("schedule", no_wrap=True)
-    table.add_column("makespan", justify="right")
-    table.add_column("span", justify="right")
-    table.add_column("bubble", justify="right")
-    table.add_column("peak", justify="right")
-    table.add_column("fits")
-    table.add_column("proof", no_wrap=True)
+    title = (f"{summary['name']}: {summary['num_stages']} stages x {summary['num_microbatches']} microbatches"
+             f"{f' x {chunks} chunks' if chunks > 1 else ''}, {_budget_text(summary['memory_budget'], units)}\n"
+             f"objective {objective}; times in {units.time}, memory in {units.memory}")
+    columns = [Column("schedule", "left"), Column("makespan"), Column("span"), Column("bubble"), Column("peak"),
+               Column("fits", "left"), Column("proof", "left")]
+    body: list[list[str]] = []
+    styles: list[str | None] = []
     for row in summary["schedules"]:
         chosen = row["schedule"] == summary["chosen"]
         proof = ""
         if "status" in row:
             proof = "optimal" if row["status"] == "OPTIMAL" else f"gap {format_gap(row['gap'])}"
-        table.add_row(
+        body.append([
             ("* " if chosen else "  ") + row["schedule"],
             _fmt_time(row["makespan"]),
             _fmt_time(row["stage_span"]),
@@ -104,10 +99,10 @@ def comparison_table(summary: dict[str, Any], units: Units) -> Table:
             _fmt_memory(row["peak_memory"]),
             "yes" if row["feasible"] else "NO",
             proof,
-            style="bold green" if chosen else (None if row["feasible"] else "dim"),
-        )
-    table.caption = f"* chosen: {summary['chosen']} (best {objective} in budget)"
-    return table
+        ])
+        styles.append("bold green" if chosen else (None if row["feasible"] else "dim"))
+    return fitted_tables(title, columns, body, width, keep=1, row_styles=styles,
+                         caption=f"* chosen: {summary['chosen']} (best {objective} in budget)")
 
 
 def frontier_tables(name: str, rows: Sequence[FrontierRow], objective: str, units: Units,
