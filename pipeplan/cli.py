@@ -669,8 +669,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     from pipeplan.report.tables import frontier_tables
 
     console = _console()
-    for table in frontier_tables(cfg.name, rows, settings.objective, cfg.units, width=console.width):
-        console.print(table)
+    console.print(*frontier_tables(cfg.name, rows, settings.objective, cfg.units, console.width))
     for row in rows:
         if row.note:
             console.print(f"budget {row.budget:g}: {row.note}", style="yellow", soft_wrap=True)

@@ -43,7 +43,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 from pipeplan.bounds import memory_binds
@@ -367,14 +367,18 @@ def fits(problem: Problem, schedule: Schedule) -> bool:
     replay."""
     if problem.budget is None:
         return True
-    for order, room in zip(schedule.orders, problem.budget):
-        live = 0.0
-        for op in order:
-            allocated, released = _memory(problem, op)
-            live += allocated
-            if not within_budget([live], (room,)):
-                return False
-            live -= released
+    return all(order_fits(problem, order, room) for order, room in zip(schedule.orders, problem.budget))
+
+
+def order_fits(problem: Problem, order: Sequence[Op], room: float) -> bool:
+    """Whether one device's ``order`` stays within ``room`` (its budget), counted as :func:`fits` counts it."""
+    live = 0.0
+    for op in order:
+        allocated, released = _memory(problem, op)
+        live += allocated
+        if not within_budget([live], (room,)):
+            return False
+        live -= released
     return True
 
 

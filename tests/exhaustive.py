@@ -9,8 +9,8 @@ from collections.abc import Iterator, Sequence
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
-from pipeplan import Op, OpKind, Problem, Schedule, ScheduleError, Timeline, compute_metrics, simulate
-from pipeplan.metrics import within_budget
+from pipeplan import Op, Problem, Schedule, ScheduleError, Timeline, compute_metrics, simulate
+from pipeplan.lattice import order_fits
 from pipeplan.solver import _Model, tick_problem
 
 OBJECTIVES = ("makespan", "stage_span")
@@ -42,11 +42,15 @@ def feasible_timelines(problem: Problem) -> Iterator[Timeline]:
     # With an op of no time, ops at one instant are not in their order's sequence (the replay puts releases
     # first), so the orders are then only checked on their replays.
     by_order = all(problem.duration(op) > 0 for op in problem.all_ops())
+
+    def fits_budget(order: Sequence[Op], device: int) -> bool:
+        return problem.budget is None or order_fits(problem, order, problem.budget[device])
+
     per_device = []
     for d in range(problem.num_devices):
         ops = [op for op in problem.all_ops() if problem.device_of(op.stage) == d]
         before = {(dep, op) for op in ops for dep, _ in problem.dependencies(op) if problem.device_of(dep.stage) == d}
-        per_device.append([order for order in orders_of(ops, before) if not by_order or _order_fits(problem, d, order)])
+        per_device.append([order for order in orders_of(ops, before) if not by_order or fits_budget(order, d)])
     for orders in itertools.product(*per_device):
         try:
             timeline = simulate(problem, Schedule.from_lists("candidate", orders))
@@ -56,21 +60,6 @@ def feasible_timelines(problem: Problem) -> Iterator[Timeline]:
         assert feasible or not by_order, "an order within budget replays within budget"
         if feasible:
             yield timeline
-
-
-def _order_fits(problem: Problem, device: int, order: Sequence[Op]) -> bool:
-    """Whether ``order`` on ``device`` stays within its budget: the peak of the running sum of what each op
-    allocates (F) and releases (B, W), with the slack of :func:`pipeplan.metrics.within_budget`."""
-    if problem.budget is None:
-        return True
-    level = peak = 0.0
-    for op in order:
-        if op.kind is OpKind.F:
-            level += problem.allocated_by(op.kind, op.stage)
-            peak = max(peak, level)
-        else:
-            level -= problem.released_by(op.kind, op.stage)
-    return within_budget([peak], (problem.budget[device],))
 
 
 def value_of(timeline: Timeline, objective: str) -> float:

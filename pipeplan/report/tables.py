@@ -173,9 +173,9 @@ def fitted_tables(title: str, columns: Sequence[Column], body: Sequence[Sequence
         return out
 
     keep = min(keep, len(columns))
-    if width is None or keep == len(columns) or _fits(table("", range(len(columns))), width):
-        whole = table(title, range(len(columns)))
-        whole.caption = caption
+    whole = table("", range(len(columns)))  # measured without its title, which may wrap
+    if width is None or keep == len(columns) or _fits(whole, width):
+        whole.title, whole.caption = title, caption
         return [whole]
     kept = list(range(keep))
     groups: list[list[int]] = []
