@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import time
 from typing import Any
 
 import pytest
+from exhaustive import small_problems
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from invariants import assert_valid
 from ortools.sat.python import cp_model
 
@@ -213,3 +217,81 @@ def test_each_better_schedule_is_heard_as_it_is_found() -> None:
     assert all(after < previous for previous, after in zip([before, *reported], reported))
     assert reported[-1] == pytest.approx(best_value)
     assert best_value < before
+
+
+def reference_restriction(base: lns.LnsModel, timeline: Any, window: lns.Neighbourhood,
+                          bound: int) -> cp_model.CpModel:
+    """What a neighbourhood's model means, written with CP-SAT's expression API: ops that end by the window's
+    start keep their starts, each device's ops that start at or after its end keep their incumbent order."""
+    model = base.model.clone()
+
+    def var(op: Any) -> cp_model.IntVar:
+        return model.get_int_var_from_proto_index(base.starts[op].index)
+
+    later: dict[int, list[tuple[int, Any]]] = {}
+    for op, device, start in zip(timeline.ops, timeline.device, timeline.start):
+        tick = int(round(start))
+        if tick + base.durations[op] <= window.begin:
+            model.add(var(op) == tick)
+        elif tick >= window.end:
+            later.setdefault(device, []).append((tick, op))
+    for ops in later.values():
+        ops.sort(key=lambda item: (item[0], base.durations[item[1]]))
+        for (_, before), (_, after) in zip(ops, ops[1:]):
+            model.add(var(after) >= var(before) + base.durations[before])
+    model.add(model.get_int_var_from_proto_index(base.objective.index) <= bound)
+    return model
+
+
+def fixed_to(model: cp_model.CpModel, base: lns.LnsModel, starts: dict[Any, int]) -> bool:
+    """Whether ``model`` has a solution with these op starts."""
+    fixed = model.clone()
+    for op, start in starts.items():
+        fixed.add(fixed.get_int_var_from_proto_index(base.starts[op].index) == start)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = 10
+    return solver.solve(fixed) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+
+
+@settings(max_examples=15 if os.environ.get("CI") else 30, deadline=None)
+@given(problem=small_problems(), begin=st.floats(0.0, 1.0), width=st.floats(0.05, 0.5))
+def test_a_neighbourhood_holds_what_it_should_and_nothing_more(problem: Problem, begin: float, width: float) -> None:
+    """The neighbourhood's model, written into CP-SAT's proto, is its definition (the same constraints through
+    the expression API): the incumbent solves both, a solution of either solves the other, every solution holds
+    the ops before the window and keeps the order of those after it, and where both prove an optimum it is the
+    same. Unequal costs, 1 or 2 chunks."""
+    ticked, _, _ = tick_problem(problem)
+    incumbent = warm_starts(ticked, "makespan")[0]
+    model = _Model(ticked, "makespan", _horizon(ticked, incumbent.schedule, "makespan"))
+    base = lns.LnsModel(model=model.model, starts={op: task.start for op, task in model.tasks.items()},
+                        durations={op: task.duration for op, task in model.tasks.items()},
+                        objective=model.objective, read_order=lambda solver: incumbent.schedule)
+    timeline = simulate(ticked, incumbent.schedule)
+    makespan = int(round(max(timeline.end)))
+    window = lns.Neighbourhood(int(begin * makespan), int(begin * makespan) + max(1, int(width * makespan)))
+    models = (lns._restrict(base, lns.placed(base, timeline), window, makespan),
+              reference_restriction(base, timeline, window, makespan))
+    held = {op: int(round(start)) for op, start in zip(timeline.ops, timeline.start)}
+    assert all(fixed_to(restricted, base, held) for restricted in models)
+    optima = []
+    for restricted, other in (models, models[::-1]):
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.max_time_in_seconds = 2
+        status = solver.solve(restricted)
+        assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE), solver.status_name(status)
+        optima.append(solver.objective_value if status == cp_model.OPTIMAL else None)
+        starts = {op: solver.value(base.starts[op]) for op in timeline.ops}
+        assert solver.objective_value <= makespan
+        for op, start in held.items():
+            if start + base.durations[op] <= window.begin:
+                assert starts[op] == start
+        for d in set(timeline.device):
+            after = sorted(((held[op], base.durations[op], op) for op, device in zip(timeline.ops, timeline.device)
+                            if device == d and held[op] >= window.end), key=lambda item: item[:2])
+            for (_, duration, first), (_, _, second) in zip(after, after[1:]):
+                assert starts[second] >= starts[first] + duration
+        assert fixed_to(other, base, starts)
+    if None not in optima:
+        assert optima[0] == optima[1]
