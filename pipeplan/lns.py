@@ -125,9 +125,12 @@ def _restrict(base: LnsModel, incumbent: Placed, window: Neighbourhood, bound: i
     proto = model.proto
     for index, start, end, duration in zip(incumbent.index, incumbent.start, incumbent.end, incumbent.duration):
         for i in range(bisect.bisect_right(end, window.begin)):
-            domain = proto.variables[index[i]].domain
-            domain.clear()
-            domain.extend((start[i], start[i]))
+            domain = proto.variables[index[i]].domain  # [lo, hi], as the model's start variables are made
+            if domain[0] <= start[i] <= domain[1]:
+                domain.clear()
+                domain.extend((start[i], start[i]))
+            else:  # outside the model's horizon (a rival warm start's late op): no solution holds it there
+                model.add(model.get_int_var_from_proto_index(index[i]) == start[i])
         for i in range(bisect.bisect_left(start, window.end), len(index) - 1):
             row = proto.constraints.add().linear
             row.vars.extend((index[i + 1], index[i]))
