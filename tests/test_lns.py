@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import re
@@ -256,13 +257,16 @@ def fixed_to(model: cp_model.CpModel, base: lns.LnsModel, starts: dict[Any, int]
 
 @settings(max_examples=15 if os.environ.get("CI") else 30, deadline=None)
 @given(problem=small_problems(), begin=st.floats(0.0, 1.0), width=st.floats(0.05, 0.5),
-       objective=st.sampled_from(["makespan", "stage_span"]))
+       objective=st.sampled_from(["makespan", "stage_span"]), free_forward=st.booleans())
 def test_a_neighbourhood_holds_what_it_should_and_nothing_more(problem: Problem, begin: float, width: float,
-                                                              objective: str) -> None:
+                                                              objective: str, free_forward: bool) -> None:
     """The neighbourhood's model, written into CP-SAT's proto, is its definition (the same constraints through
     the expression API): the incumbent solves both, a solution of either solves the other, every solution holds
     the ops before the window and keeps the order of those after it, and where both prove an optimum it is the
-    same. Unequal costs, 1 or 2 chunks, both objectives. (Solutions sampled, not a proof of equal sets.)"""
+    same. Unequal costs, 1 or 2 chunks, both objectives, and a first stage whose forward takes no time (ops that
+    start together on a device). (Solutions sampled, not a proof of equal sets.)"""
+    if free_forward:
+        problem = dataclasses.replace(problem, forward=(0.0, *problem.forward[1:]))
     ticked, _, _ = tick_problem(problem)
     incumbent = warm_starts(ticked, objective)[0]
     model = _Model(ticked, objective, _horizon(ticked, incumbent.schedule, objective))
