@@ -220,10 +220,21 @@ def test_each_better_schedule_is_heard_as_it_is_found() -> None:
     assert best_value < before
 
 
+def lns_model(model: _Model) -> lns.LnsModel:
+    """What the neighbourhood search needs of the solver's model (orders are not read back in these tests)."""
+    def no_order(solver: cp_model.CpSolver) -> Schedule:
+        raise AssertionError("not read back here")
+
+    return lns.LnsModel(model=model.model, starts={op: task.start for op, task in model.tasks.items()},
+                        durations={op: task.duration for op, task in model.tasks.items()},
+                        objective=model.objective, read_order=no_order)
+
+
 def reference_restriction(base: lns.LnsModel, timeline: Any, window: lns.Neighbourhood,
                           bound: int) -> cp_model.CpModel:
     """What a neighbourhood's model means, written with CP-SAT's expression API: ops that end by the window's
-    start keep their starts, each device's ops that start at or after its end keep their incumbent order."""
+    start keep their starts, each device's ops that start at or after its end keep their incumbent order, the
+    incumbent is the hint (without it CP-SAT may find no solution of a wide window in seconds)."""
     model = base.model.clone()
 
     def var(op: Any) -> cp_model.IntVar:
@@ -240,6 +251,9 @@ def reference_restriction(base: lns.LnsModel, timeline: Any, window: lns.Neighbo
         ops.sort(key=lambda item: item[0])  # stable: start ties keep the timeline's order
         for (_, before), (_, after) in zip(ops, ops[1:]):
             model.add(var(after) >= var(before) + base.durations[before])
+    model.clear_hints()
+    for op, start in zip(timeline.ops, timeline.start):
+        model.add_hint(var(op), int(round(start)))
     model.add(model.get_int_var_from_proto_index(base.objective.index) <= bound)
     return model
 
@@ -270,9 +284,7 @@ def test_a_neighbourhood_holds_what_it_should_and_nothing_more(problem: Problem,
     ticked, _, _ = tick_problem(problem)
     incumbent = warm_starts(ticked, objective)[0]
     model = _Model(ticked, objective, _horizon(ticked, incumbent.schedule, objective))
-    base = lns.LnsModel(model=model.model, starts={op: task.start for op, task in model.tasks.items()},
-                        durations={op: task.duration for op, task in model.tasks.items()},
-                        objective=model.objective, read_order=lambda solver: incumbent.schedule)
+    base = lns_model(model)
     timeline = simulate(ticked, incumbent.schedule)
     makespan = int(round(max(timeline.end)))
     value = int(round(objective_of(compute_metrics(timeline), objective)))
@@ -316,9 +328,7 @@ def test_a_held_op_beyond_the_models_horizon_agrees_with_the_definition(objectiv
     timeline = simulate(ticked, slow)
     makespan = int(round(max(timeline.end)))
     model = _Model(ticked, objective, makespan // 2)  # a horizon half the slow schedule's makespan
-    base = lns.LnsModel(model=model.model, starts={op: task.start for op, task in model.tasks.items()},
-                        durations={op: task.duration for op, task in model.tasks.items()},
-                        objective=model.objective, read_order=lambda solver: slow)
+    base = lns_model(model)
     window = lns.Neighbourhood(makespan - 2, makespan)  # nearly every op is held, many beyond the horizon
     assert any(round(start) > model.horizon for start in timeline.start)
     restricted = lns._restrict(base, lns.placed(base, timeline), window, makespan)
