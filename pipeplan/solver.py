@@ -46,7 +46,7 @@ from pipeplan.config import SolverSettings
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError, Op, OpKind, Problem
 from pipeplan.schedule import Schedule, ScheduleError
-from pipeplan.schedules import interleaved_zb
+from pipeplan.schedules import controllable, interleaved_zb
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.schedules.greedy import greedy_schedule, rules_for
 from pipeplan.simulate import Timeline, simulate
@@ -298,8 +298,9 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
 
     The named schedules, GPipe one microbatch at a time (which fits any budget that admits a schedule) and the
     ``extra`` ones always run; the greedy list schedulers, interleaved zero bubble with smaller groups
-    (:func:`~pipeplan.schedules.interleaved_zb.smaller_groups`), the periodic pattern (:mod:`pipeplan.periodic`)
-    and the lattice (:mod:`pipeplan.lattice`, for at most :data:`LATTICE_SHARE` of the time left) only while
+    (:func:`~pipeplan.schedules.interleaved_zb.smaller_groups`), the periodic pattern (:mod:`pipeplan.periodic`),
+    V-Min and V-Half fitted to the budget (:func:`~pipeplan.schedules.controllable.fitted`) and the lattice
+    (:mod:`pipeplan.lattice`, for at most :data:`LATTICE_SHARE` of the time left) only while
     ``time.monotonic()`` is before ``deadline`` and no stop is requested. ``ticked`` is the problem in ticks
     (:func:`tick_problem`), computed when None. ``bound`` is a proven lower bound on the objective: when a warm
     start before the lattice already meets it, the lattice, the costliest, is skipped.
@@ -322,6 +323,8 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
     repeated = periodic.periodic_schedule(ticked, problem, deadline, stopped)
     if repeated is not None:
         found.append((repeated, False))
+    if not (stop is not None and stop.requested):
+        found.extend((schedule, False) for schedule in controllable.fitted(problem, deadline))
     candidates = []
     for schedule, named in found:
         try:

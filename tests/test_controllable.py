@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from invariants import replay_valid
+from invariants import assert_valid, peak_memory, replay_valid
 from strategies import uneven_stage_values
 
-from pipeplan import NotApplicable, Problem, generate
-from pipeplan.schedules.controllable import PERIOD, v_half_block, v_min_block
+from pipeplan import NotApplicable, Problem, compute_metrics, generate, simulate
+from pipeplan.schedule import check_complete
+from pipeplan.schedules.controllable import PERIOD, fitted, skipped_positions, v_half_block, v_min_block
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = ("v-half", "v-min")
@@ -96,3 +97,46 @@ def test_valid_on_random_uneven_problems(data: st.DataObject, p: int, n: int, na
     # Each device's peak is what the building block gave it, never more than holding every microbatch.
     for d in range(p):
         assert metrics.peak_memory_per_device[d] <= n * problem.footprint(d) + 1e-9
+
+
+def test_skipped_positions_leave_every_k_plus_first_position_empty() -> None:
+    assert skipped_positions(5, None) == [0, 1, 2, 3, 4]
+    assert skipped_positions(7, 3) == [0, 1, 2, 4, 5, 6, 8]
+    assert skipped_positions(4, 1) == [0, 2, 4, 6]
+
+
+def test_fitted_schedules_fit_a_budget_below_v_mins_peak() -> None:
+    """P = 4, N = 16, unit costs: V-Min peaks at 4 chunk-activations, so at a budget of 3.5 it does not fit;
+    the fitted V-Min leaves block positions empty until its block fits, and is slower for it."""
+    problem = unit_problem(4, 16)
+    v_min = compute_metrics(simulate(problem, generate("v-min", problem)))
+    assert max(v_min.peak_memory_per_device) == pytest.approx(4.0)
+    tight = problem.with_budget(3.5)
+    schedules = fitted(tight)
+    assert [s.name for s in schedules][:1] == ["v-min-fitted"]
+    for schedule in schedules:
+        metrics = compute_metrics(simulate(tight, schedule))
+        assert metrics.feasible and max(metrics.peak_memory_per_device) <= 3.5 + 1e-9
+    first = compute_metrics(simulate(tight, schedules[0]))
+    assert first.makespan > v_min.makespan
+    assert fitted(problem) == []  # no budget
+    loop = Problem.build(4, 16, num_chunks=2, placement="loop", budget=3.5)
+    assert fitted(loop) == []
+
+
+@SETTINGS
+@given(data=st.data(), p=st.integers(1, 6), n=st.integers(1, 14))
+def test_fitted_schedules_are_valid_and_within_budget_on_random_uneven_problems(data: st.DataObject, p: int,
+                                                                                n: int) -> None:
+    """Unequal costs, activations and weight shares, a budget per device from one microbatch's footprint up:
+    every fitted schedule is complete, valid and within the budget by the tests' own memory count."""
+    values = data.draw(uneven_stage_values(2 * p, p))
+    problem = Problem.build(p, n, num_chunks=2, placement="v", **values)
+    floor = max(problem.footprint(d) for d in range(p))
+    problem = problem.with_budget(floor * data.draw(st.sampled_from([1.0, 1.5, 2.0, 3.0, 5.0])))
+    assert problem.budget is not None
+    for schedule in fitted(problem):
+        check_complete(problem, schedule)
+        timeline = simulate(problem, schedule)
+        assert_valid(problem, timeline)
+        assert all(peak <= room + 1e-9 for peak, room in zip(peak_memory(problem, timeline), problem.budget))

@@ -35,12 +35,23 @@ runs over every op, memory is the problem's (B releases what W does not keep), a
 peak rather than the largest over devices.
 
 The budget is not adapted: when the peak is above it, the metrics report the schedule infeasible.
+
+**Fitted to a budget** (:func:`fitted`, a warm start of the solver, not a registered schedule). Below V-Min's
+peak nothing here fits, and between V-Min's and V-Half's the budget is partly unused. A fitted schedule leaves
+every k-th block position empty (microbatch m takes position m + m // k, so k microbatches per k + 1 blocks):
+fewer microbatches are alive in every stretch as long as a lifespan, at a little bubble per empty block. The
+positions stay multiples of the period, so no two ops share a slot, as before. The squeeze then lets each device
+fill up to the budget rather than to the block's own peak (it never exceeds the larger of the two). On the
+split-backward family at P = 32, N = 64, budget 11 (V-Min's peak is 11.35), V-Min with every eleventh position
+empty, squeezed up to the budget, takes 285.79.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.schedule import Schedule
@@ -68,10 +79,15 @@ def v_half_block(p: int, r: int) -> tuple[int, int, int, int]:
 class _Grid:
     """Every op's slot, which slots each device has taken, and each device's live memory per slot."""
 
-    def __init__(self, problem: Problem, block: Block) -> None:
+    def __init__(self, problem: Problem, block: Block, positions: Sequence[int] | None = None,
+                 limit: Sequence[float] | None = None) -> None:
+        """``positions``: each microbatch's block position, rising (0 .. N - 1 when None); ``limit``: per
+        device, how far the squeeze may fill its memory when that is above the block's own peak."""
         self.problem = problem
         p, n = problem.num_devices, problem.num_microbatches
-        self.horizon = PERIOD * (n + 2 * p) + 8 * p  # past the last slot the block and W placement can use
+        positions = list(range(n)) if positions is None else list(positions)
+        # Past the last slot the block and W placement can use.
+        self.horizon = PERIOD * (positions[-1] + 1 + 2 * p) + 8 * p
         self.slot: dict[Op, int] = {}  # keyed by op
         self.taken: list[dict[int, Op]] = [{} for _ in range(p)]  # per device: slot -> op
         for r in range(p):
@@ -81,10 +97,11 @@ class _Grid:
             kinds = ((OpKind.F, down), (OpKind.F, up), (OpKind.B, up), (OpKind.B, down))
             for (kind, stage), offset in zip(kinds, offsets):
                 for m in range(n):
-                    self._put(problem.op(kind, stage, m), offset + PERIOD * m)
+                    self._put(problem.op(kind, stage, m), offset + PERIOD * positions[m])
         self._place_weights()
         self.live = self._live_memory()
-        self.limit = [max(live) for live in self.live]
+        self.peak = [max(live) for live in self.live]  # the block's own, before the squeeze
+        self.limit = self.peak if limit is None else [max(own, room) for own, room in zip(self.peak, limit)]
 
     def _put(self, op: Op, slot: int) -> None:
         device = self.problem.device_of(op.stage)
@@ -178,6 +195,43 @@ def controllable_memory_schedule(problem: Problem, name: str, block: Block) -> S
     grid = _Grid(problem, block)
     grid.squeeze()
     return Schedule.from_lists(name, grid.orders())
+
+
+# Every k-th block position left empty, for these k (fewest empty positions first).
+SKIPS = (32, 24, 16, 12, 10, 8, 6, 5, 4, 3, 2, 1)
+# How many skips that fit the budget are squeezed per block, fewest empty positions first.
+FITTED_TRIES = 2
+
+
+def skipped_positions(count: int, k: int | None) -> list[int]:
+    """Block positions of ``count`` microbatches with every (k + 1)-th left empty (none when ``k`` is None)."""
+    return [m if k is None else m + m // k for m in range(count)]
+
+
+def fitted(problem: Problem, deadline: float = math.inf) -> list[Schedule]:
+    """V-Min and V-Half fitted to the budget (see the module docstring): for each block, the first
+    :data:`FITTED_TRIES` skips (none, then :data:`SKIPS`) whose block peak fits every device's budget, squeezed up
+    to the budget. Empty without two chunks in V placement, a split backward and a budget, or once
+    ``time.monotonic()`` passes ``deadline``. The schedules fit the budget (a device's peak is the grid's, which
+    the squeeze keeps within it); the caller replays them."""
+    if (problem.budget is None or problem.num_chunks != 2 or problem.placement != "v"
+            or not problem.split_backward):
+        return []
+    budget = list(problem.budget)
+    n = problem.num_microbatches
+    found = []
+    for name, block in (("v-min", v_min_block), ("v-half", v_half_block)):
+        tries = 0
+        for k in (None, *(k for k in SKIPS if k < n)):
+            if tries >= FITTED_TRIES or time.monotonic() >= deadline:
+                break
+            grid = _Grid(problem, block, skipped_positions(n, k), budget)
+            if any(peak > room + 1e-9 for peak, room in zip(grid.peak, budget)):
+                continue
+            tries += 1
+            grid.squeeze()
+            found.append(Schedule.from_lists(f"{name}-fitted", grid.orders()))
+    return found
 
 
 @register("v-half")
