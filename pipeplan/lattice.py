@@ -62,11 +62,11 @@ CELL_MULTIPLES = (1, 2)
 # Patterns slower than this multiple of the least rate the budget allows (least_rate) are not tried.
 SLOWEST = 1.5
 # The greedy lattice is also tried with caps of 1 .. this many fewer microbatches in flight than it had without a
-# cap, or more where its peak is large (GREEDY_CAP_SHARE).
+# cap, or more where its peak is large (GREEDY_CAP_DIVISOR).
 GREEDY_CAPS = 3
-# ... down to this share of the peak below it: on the benchmark family at P = 32, N = 64, two chunks in loop
-# placement, budget 22, the greedy lattice peaks at 30 in flight (226.85) and is fastest at 26 (216.25).
-GREEDY_CAP_SHARE = 1 / 6
+# ... down to a sixth (this divisor) of the peak below it: on the benchmark family at P = 32, N = 64, two chunks in
+# loop placement, budget 22, the greedy lattice peaks at 30 in flight (226.85) and is fastest at 26 (216.25).
+GREEDY_CAP_DIVISOR = 6
 # Name of the schedule a lattice gives.
 NAME = "lattice"
 # Two times closer than this count as equal when checking that ops do not overlap.
@@ -387,8 +387,9 @@ def order_fits(problem: Problem, order: Sequence[Op], room: float) -> bool:
 
 def greedy_caps(peak: int) -> int:
     """How many caps the greedy lattice is tried with when it had ``peak`` microbatches in flight without one:
-    1 .. this many fewer (:data:`GREEDY_CAPS`, or :data:`GREEDY_CAP_SHARE` of the peak when that is more)."""
-    return max(GREEDY_CAPS, int(peak * GREEDY_CAP_SHARE))
+    1 .. this many fewer (:data:`GREEDY_CAPS`, or the peak over :data:`GREEDY_CAP_DIVISOR` when that is
+    more)."""
+    return max(GREEDY_CAPS, peak // GREEDY_CAP_DIVISOR)
 
 
 def least_rate(problem: Problem) -> float:

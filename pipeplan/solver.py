@@ -317,14 +317,16 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
             found.append((greedy, False))
     if time.monotonic() < deadline and not (stop is not None and stop.requested):
         found.extend((schedule, False) for schedule in interleaved_zb.smaller_groups(problem, deadline))
-    stopped = (lambda: stop.requested) if stop is not None else (lambda: False)
+    def stopped() -> bool:
+        return stop is not None and stop.requested
+
     if ticked is None:
         ticked = tick_problem(problem)[0]
     repeated = periodic.periodic_schedule(ticked, problem, deadline, stopped)
     if repeated is not None:
         found.append((repeated, False))
-    if not (stop is not None and stop.requested):
-        found.extend((schedule, False) for schedule in controllable.fitted(problem, deadline))
+    if not stopped():
+        found.extend((schedule, False) for schedule in controllable.fitted(problem, deadline, stopped))
     candidates = []
     for schedule, named in found:
         try:

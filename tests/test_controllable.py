@@ -10,8 +10,9 @@ from invariants import assert_valid, peak_memory, replay_valid
 from strategies import uneven_stage_values
 
 from pipeplan import NotApplicable, Problem, compute_metrics, generate, simulate
-from pipeplan.schedule import check_complete
-from pipeplan.schedules.controllable import PERIOD, fitted, skipped_positions, v_half_block, v_min_block
+from pipeplan.schedule import Schedule, check_complete
+from pipeplan.schedules.controllable import PERIOD, _Grid, fitted, skipped_positions, v_half_block, v_min_block
+from pipeplan.solver import warm_starts
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = ("v-half", "v-min")
@@ -119,9 +120,36 @@ def test_fitted_schedules_fit_a_budget_below_v_mins_peak() -> None:
         assert metrics.feasible and max(metrics.peak_memory_per_device) <= 3.5 + 1e-9
     first = compute_metrics(simulate(tight, schedules[0]))
     assert first.makespan > v_min.makespan
+    # Still better than what fits any budget, one microbatch at a time (182 against 288 here).
+    one_at_a_time = [c for c in warm_starts(tight, "makespan") if c.schedule.name == "gpipe-1"]
+    assert len(one_at_a_time) == 1 and first.makespan < one_at_a_time[0].objective
     assert fitted(problem) == []  # no budget
+    assert fitted(problem.with_budget(4.0)) == []  # V-Min itself fits
     loop = Problem.build(4, 16, num_chunks=2, placement="loop", budget=3.5)
     assert fitted(loop) == []
+
+
+def test_the_squeeze_fills_a_device_up_to_a_limit_above_its_blocks_peak_and_no_further() -> None:
+    """P = 4, N = 16, unit costs: V-Min's block peaks at 4, 4, 3.5 and 4. Squeezed with a limit of 5 every
+    device fills up to 5; with a limit of 3, below the block's peaks, each keeps its own."""
+    problem = unit_problem(4, 16)
+    for limit, after in ((5.0, [5.0] * 4), (3.0, [4.0, 4.0, 3.5, 4.0])):
+        grid = _Grid(problem, v_min_block, None, [limit] * 4)
+        assert grid.peak == [4.0, 4.0, 3.5, 4.0]
+        grid.squeeze()
+        assert [max(live) for live in grid.live] == after
+        timeline = simulate(problem, Schedule.from_lists("squeezed", grid.orders()))
+        assert compute_metrics(timeline).peak_memory_per_device == pytest.approx(after)
+    with pytest.raises(ValueError, match="rising block positions"):
+        _Grid(problem, v_min_block, [0, 2, 1, *range(3, 16)])
+
+
+def test_the_solver_gets_the_fitted_schedules_as_warm_starts() -> None:
+    tight = unit_problem(4, 16).with_budget(3.5)
+    names = {c.schedule.name for c in warm_starts(tight, "makespan")}
+    assert "v-min-fitted" in names and "v-min" not in names  # V-Min itself does not fit
+    unsplit = Problem.build(4, 16, num_chunks=2, placement="v", budget=3.5)
+    assert fitted(unsplit) == []
 
 
 @SETTINGS
@@ -129,14 +157,19 @@ def test_fitted_schedules_fit_a_budget_below_v_mins_peak() -> None:
 def test_fitted_schedules_are_valid_and_within_budget_on_random_uneven_problems(data: st.DataObject, p: int,
                                                                                 n: int) -> None:
     """Unequal costs, activations and weight shares, a budget per device from one microbatch's footprint up:
-    every fitted schedule is complete, valid and within the budget by the tests' own memory count."""
+    every fitted schedule is complete, valid and within the budget by the tests' own memory count; there are none
+    where V-Min itself fits."""
     values = data.draw(uneven_stage_values(2 * p, p))
     problem = Problem.build(p, n, num_chunks=2, placement="v", **values)
-    floor = max(problem.footprint(d) for d in range(p))
-    problem = problem.with_budget(floor * data.draw(st.sampled_from([1.0, 1.5, 2.0, 3.0, 5.0])))
+    factors = data.draw(st.lists(st.sampled_from([1.0, 1.1, 1.25, 1.5, 2.0]), min_size=p, max_size=p))
+    problem = problem.with_budget([problem.footprint(d) * f for d, f in enumerate(factors)])
     assert problem.budget is not None
-    for schedule in fitted(problem):
+    schedules = fitted(problem)
+    for schedule in schedules:
         check_complete(problem, schedule)
         timeline = simulate(problem, schedule)
         assert_valid(problem, timeline)
         assert all(peak <= room + 1e-9 for peak, room in zip(peak_memory(problem, timeline), problem.budget))
+    v_min = compute_metrics(simulate(problem, generate("v-min", problem)))
+    if all(peak <= room + 1e-9 for peak, room in zip(v_min.peak_memory_per_device, problem.budget)):
+        assert schedules == []  # V-Min itself fits

@@ -37,13 +37,16 @@ peak rather than the largest over devices.
 The budget is not adapted: when the peak is above it, the metrics report the schedule infeasible.
 
 **Fitted to a budget** (:func:`fitted`, a warm start of the solver, not a registered schedule). Below V-Min's
-peak nothing here fits, and between V-Min's and V-Half's the budget is partly unused. A fitted schedule leaves
-every k-th block position empty (microbatch m takes position m + m // k, so k microbatches per k + 1 blocks):
-fewer microbatches are alive in every stretch as long as a lifespan, at a little bubble per empty block. The
-positions stay multiples of the period, so no two ops share a slot, as before. The squeeze then lets each device
-fill up to the budget rather than to the block's own peak (it never exceeds the larger of the two). On the
-split-backward family at P = 32, N = 64, budget 11 (V-Min's peak is 11.35), V-Min with every eleventh position
-empty, squeezed up to the budget, takes 285.79.
+peak nothing here fits, and between V-Min's and V-Half's the budget is partly unused. A fitted schedule leaves one
+block position empty after every k microbatches (microbatch m takes position m + m // k, so k microbatches per
+k + 1 blocks): fewer microbatches are alive in every stretch as long as a lifespan, at a little bubble per empty
+block. The positions are still distinct multiples of the period, so no two ops share a slot, as before. The
+squeeze then lets each device fill up to the budget rather than to the block's own peak (it never exceeds the
+larger of the two, and a fitted block's peak is within the budget). On the split-backward family at P = 32,
+N = 64, budget 11 (V-Min's peak is 11.35), V-Min with one position empty after every 10 microbatches, squeezed up
+to the budget, replays to 285.79 (a 60 s solve started from the other warm starts reached 291.57). Where V-Min
+itself fits they are not built: squeezed up to the budget V-Min is a little faster (P = 16, N = 32, budget 6:
+131.90 against 132.21), but 60 s solves from it ended no better than from V-Min (131.90 against 131.65).
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ class _Grid:
         self.problem = problem
         p, n = problem.num_devices, problem.num_microbatches
         positions = list(range(n)) if positions is None else list(positions)
+        if len(positions) != n or any(b <= a for a, b in zip(positions, positions[1:])) or positions[0] < 0:
+            raise ValueError(f"positions must be {n} rising block positions from 0 on, got {positions}")
         # Past the last slot the block and W placement can use.
         self.horizon = PERIOD * (positions[-1] + 1 + 2 * p) + 8 * p
         self.slot: dict[Op, int] = {}  # keyed by op
@@ -197,7 +202,7 @@ def controllable_memory_schedule(problem: Problem, name: str, block: Block) -> S
     return Schedule.from_lists(name, grid.orders())
 
 
-# Every k-th block position left empty, for these k (fewest empty positions first).
+# One block position left empty after every k microbatches, for these k (fewest empty positions first).
 SKIPS = (32, 24, 16, 12, 10, 8, 6, 5, 4, 3, 2, 1)
 # How many skips that fit the budget are squeezed per block, fewest empty positions first.
 FITTED_TRIES = 2
@@ -208,25 +213,36 @@ def skipped_positions(count: int, k: int | None) -> list[int]:
     return [m if k is None else m + m // k for m in range(count)]
 
 
-def fitted(problem: Problem, deadline: float = math.inf) -> list[Schedule]:
-    """V-Min and V-Half fitted to the budget (see the module docstring): for each block, the first
-    :data:`FITTED_TRIES` skips (none, then :data:`SKIPS`) whose block peak fits every device's budget, squeezed up
-    to the budget. Empty without two chunks in V placement, a split backward and a budget, or once
-    ``time.monotonic()`` passes ``deadline``. The schedules fit the budget (a device's peak is the grid's, which
-    the squeeze keeps within it); the caller replays them."""
+def fitted(problem: Problem, deadline: float = math.inf,
+           should_stop: Callable[[], bool] = lambda: False) -> list[Schedule]:
+    """V-Min and V-Half fitted to a budget below V-Min's peak (see the module docstring): for each block, the
+    first :data:`FITTED_TRIES` skips (none, then :data:`SKIPS`) whose block peak fits every device's budget,
+    squeezed up to the budget. Empty without two chunks in V placement, a split backward and a budget, or where
+    V-Min's own block fits every device's budget; none for a block whose sparsest skip (one microbatch per two
+    positions) does not fit; what was found when ``time.monotonic()`` passes ``deadline`` or ``should_stop()``
+    says so. The schedules fit the budget (a device's peak is the grid's,
+    which the squeeze keeps within it); the caller replays them."""
     if (problem.budget is None or problem.num_chunks != 2 or problem.placement != "v"
             or not problem.split_backward):
         return []
     budget = list(problem.budget)
     n = problem.num_microbatches
+
+    def fits(grid: _Grid) -> bool:
+        return all(peak <= room + 1e-9 for peak, room in zip(grid.peak, budget))
+
+    if fits(_Grid(problem, v_min_block, None, budget)):
+        return []  # V-Min itself fits: it and what the search makes of it do better (see the module docstring)
     found = []
     for name, block in (("v-min", v_min_block), ("v-half", v_half_block)):
+        if n > 1 and not fits(_Grid(problem, block, skipped_positions(n, 1), budget)):
+            continue  # not even the sparsest fits: spare the other builds (a budget of one microbatch)
         tries = 0
         for k in (None, *(k for k in SKIPS if k < n)):
-            if tries >= FITTED_TRIES or time.monotonic() >= deadline:
+            if tries >= FITTED_TRIES or time.monotonic() >= deadline or should_stop():
                 break
             grid = _Grid(problem, block, skipped_positions(n, k), budget)
-            if any(peak > room + 1e-9 for peak, room in zip(grid.peak, budget)):
+            if not fits(grid):
                 continue
             tries += 1
             grid.squeeze()
