@@ -153,16 +153,18 @@ def test_the_solver_gets_the_fitted_schedules_as_warm_starts() -> None:
 
 
 @SETTINGS
-@given(data=st.data(), p=st.integers(1, 6), n=st.integers(1, 14))
+@given(data=st.data(), p=st.integers(3, 6), n=st.integers(4, 14))
 def test_fitted_schedules_are_valid_and_within_budget_on_random_uneven_problems(data: st.DataObject, p: int,
                                                                                 n: int) -> None:
-    """Unequal costs, activations and weight shares, a budget per device from one microbatch's footprint up:
-    every fitted schedule is complete, valid and within the budget by the tests' own memory count; there are none
-    where V-Min itself fits."""
+    """Unequal costs, activations and weight shares, a budget per device drawn around V-Min's own peak there
+    (from a half of it up, never below one microbatch's footprint): every fitted schedule is complete, valid and
+    within the budget by the tests' own memory count; there are none where V-Min itself fits. (At least 3 devices
+    and 4 microbatches: with fewer, V-Min holds so few microbatches that no skip fits below its peak.)"""
     values = data.draw(uneven_stage_values(2 * p, p))
     problem = Problem.build(p, n, num_chunks=2, placement="v", **values)
-    factors = data.draw(st.lists(st.sampled_from([1.0, 1.1, 1.25, 1.5, 2.0]), min_size=p, max_size=p))
-    problem = problem.with_budget([problem.footprint(d) * f for d, f in enumerate(factors)])
+    peaks = compute_metrics(simulate(problem, generate("v-min", problem))).peak_memory_per_device
+    factors = data.draw(st.lists(st.sampled_from([0.5, 0.7, 0.8, 0.9, 1.0]), min_size=p, max_size=p))
+    problem = problem.with_budget([max(problem.footprint(d), peaks[d] * f) for d, f in enumerate(factors)])
     assert problem.budget is not None
     schedules = fitted(problem)
     for schedule in schedules:
@@ -170,6 +172,5 @@ def test_fitted_schedules_are_valid_and_within_budget_on_random_uneven_problems(
         timeline = simulate(problem, schedule)
         assert_valid(problem, timeline)
         assert all(peak <= room + 1e-9 for peak, room in zip(peak_memory(problem, timeline), problem.budget))
-    v_min = compute_metrics(simulate(problem, generate("v-min", problem)))
-    if all(peak <= room + 1e-9 for peak, room in zip(v_min.peak_memory_per_device, problem.budget)):
+    if all(peak <= room + 1e-9 for peak, room in zip(peaks, problem.budget)):
         assert schedules == []  # V-Min itself fits
