@@ -305,21 +305,21 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
     (:func:`tick_problem`), computed when None. ``bound`` is a proven lower bound on the objective: when a warm
     start before the lattice already meets it, the lattice, the costliest, is skipped.
     """
+    def stopped() -> bool:
+        return stop is not None and stop.requested
+
     found: list[tuple[Schedule, bool]] = [(s, True) for s in schedules.generate_applicable(problem)[0]]
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
     found.extend((schedule, False) for schedule in extra)
     for rule in rules_for(problem):
-        if time.monotonic() >= deadline or (stop is not None and stop.requested):
+        if time.monotonic() >= deadline or stopped():
             log.info("time limit reached or stop requested: greedy warm starts from %s on skipped", rule.name)
             break
         greedy = greedy_schedule(problem, rule, deadline)
         if greedy is not None:
             found.append((greedy, False))
-    if time.monotonic() < deadline and not (stop is not None and stop.requested):
+    if time.monotonic() < deadline and not stopped():
         found.extend((schedule, False) for schedule in interleaved_zb.smaller_groups(problem, deadline))
-    def stopped() -> bool:
-        return stop is not None and stop.requested
-
     if ticked is None:
         ticked = tick_problem(problem)[0]
     repeated = periodic.periodic_schedule(ticked, problem, deadline, stopped)

@@ -220,33 +220,38 @@ def fitted(problem: Problem, deadline: float = math.inf,
     squeezed up to the budget. Empty without two chunks in V placement, a split backward and a budget, or where
     V-Min's own block fits every device's budget; none for a block whose sparsest skip (one microbatch per two
     positions) does not fit; what was found when ``time.monotonic()`` passes ``deadline`` or ``should_stop()``
-    says so. The schedules fit the budget (a device's peak is the grid's,
-    which the squeeze keeps within it); the caller replays them."""
+    says so. The schedules fit the budget (a device's peak is the grid's, which the squeeze keeps within it); the
+    caller replays them."""
     if (problem.budget is None or problem.num_chunks != 2 or problem.placement != "v"
             or not problem.split_backward):
         return []
     budget = list(problem.budget)
     n = problem.num_microbatches
+    built: dict[tuple[Block, int | None], _Grid] = {}  # each grid is built once, before its squeeze
 
-    def fits(grid: _Grid) -> bool:
-        return all(peak <= room + 1e-9 for peak, room in zip(grid.peak, budget))
+    def grid(block: Block, k: int | None) -> _Grid:
+        if (block, k) not in built:
+            built[block, k] = _Grid(problem, block, skipped_positions(n, k), budget)
+        return built[block, k]
 
-    if fits(_Grid(problem, v_min_block, None, budget)):
+    def fits(block: Block, k: int | None) -> bool:
+        return all(peak <= room + 1e-9 for peak, room in zip(grid(block, k).peak, budget))
+
+    if fits(v_min_block, None):
         return []  # V-Min itself fits: it and what the search makes of it do better (see the module docstring)
     found = []
     for name, block in (("v-min", v_min_block), ("v-half", v_half_block)):
-        if n > 1 and not fits(_Grid(problem, block, skipped_positions(n, 1), budget)):
+        if n > 1 and not fits(block, 1):
             continue  # not even the sparsest fits: spare the other builds (a budget of one microbatch)
         tries = 0
         for k in (None, *(k for k in SKIPS if k < n)):
             if tries >= FITTED_TRIES or time.monotonic() >= deadline or should_stop():
                 break
-            grid = _Grid(problem, block, skipped_positions(n, k), budget)
-            if not fits(grid):
+            if not fits(block, k):
                 continue
             tries += 1
-            grid.squeeze()
-            found.append(Schedule.from_lists(f"{name}-fitted", grid.orders()))
+            grid(block, k).squeeze()
+            found.append(Schedule.from_lists(f"{name}-fitted", grid(block, k).orders()))
     return found
 
 
