@@ -42,10 +42,16 @@ infeasible for K, every schedule has T > K delta. The programme for K + 1 is fea
 K. The roundings are computed exactly (in fractions of the grid step), and a verdict the linear solver cannot give
 counts as feasible, which only weakens the bound. The grid has :data:`STEPS` steps over the best schedule's
 objective: on the split-backward family at P = 16, N = 32, two chunks in loop placement, budget 6, device 0 proves
-156.47 on 600 steps over 166.75 (5 s on one core), against 142.19 from the closed forms (a relaxed schedule of
-device 0 alone takes 157.53, so little more is left to prove on that device). Finer grids could prove more, but
-their programmes take longer: on 1,300 steps several exceed :data:`LP_LIMIT_S`, count as feasible, and the bound is
-152.26 after 97 s.
+156.47 on 600 steps over 166.75 (6 s on one core), against 142.19 from the closed forms
+(a relaxed schedule of device 0 alone takes 157.53, so little more is left to prove on that device). Finer grids
+could prove more, but their programmes take longer: on 1,300 steps several exceed :data:`LP_LIMIT_S`, count as
+feasible, and the bound is 152.26 after 105 s.
+
+**Building the programme.** Every condition above is a family of rows, one per grid time, whose terms are the
+same events shifted by fixed numbers of steps; each family is laid out as arrays at once and the programme handed
+to the linear solver as one sparse matrix. Built a row at a time through the solver's Python API, the programme
+took longer to build than to solve (P = 32, N = 64, two chunks in loop placement, budget 11: 9.5 of 13.9 s in a
+profile, 19 programmes); built as arrays, 43 programmes take 8.8 s, 0.6 s of it outside the solver.
 """
 
 from __future__ import annotations
@@ -56,8 +62,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
-from ortools.linear_solver import linear_solver_pb2, pywraplp
+import numpy as np
+from ortools.linear_solver.python import model_builder_helper
+from scipy import sparse
 
 from pipeplan.device_bound import OBJECTIVES, Chains, chains, devices_to_try
 from pipeplan.problem import Op, OpKind, Problem
@@ -113,9 +122,9 @@ def feasible(ticked: Problem, device: int, objective: str, step: float, horizon:
     events = _events(ticked, device)
     length = {e: ticked.duration(e.op) for e in events}
     lowest = events[0].op  # F on the device's lowest stage
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    counts = {e: [solver.NumVar(0.0, n, "") for _ in range(horizon + 1)] for e in events}
     grid = Fraction(step)  # exact, so that every rounding below goes the way the argument needs
+    times = np.arange(horizon + 1)
+    rows = _Rows(len(events), horizon)
 
     def down(time_: float) -> int:
         """Whole steps within ``time_``."""
@@ -125,16 +134,12 @@ def feasible(ticked: Problem, device: int, objective: str, step: float, horizon:
         """The fewest whole steps that reach ``time_``."""
         return math.ceil(Fraction(time_) / grid)
 
-    def shifted(e: _Event, k: int) -> list[_Term]:
-        """e's count at grid time k as terms (none before time 0, where every count is 0)."""
-        return [(counts[e][k], 1.0)] if k >= 0 else []
-
     def lag(u: _Event, v: _Event) -> float:
         """The least time from u to v in one microbatch's chain."""
         gap = found.after[u.op][v.op]
         return (length[u] if u.at_start else 0.0) + gap + (0.0 if v.at_start else length[v])
 
-    for e in events:
+    for i, e in enumerate(events):
         own = 0.0 if e.at_start else length[e]
         if objective == "makespan":
             head, tail = found.head[e.op] + own, found.tail[e.op] + length[e] - own
@@ -145,113 +150,123 @@ def feasible(ticked: Problem, device: int, objective: str, step: float, horizon:
         last = horizon - down(tail)  # from here on every microbatch has had e
         if last < 0 or last < first:
             return False  # e would have to happen before its head
-        for k in range(first):
-            counts[e][k].SetUb(0.0)
-        for k in range(last, horizon + 1):
-            counts[e][k].SetLb(n)
-        for k in range(horizon):
-            _at_most(solver, [(counts[e][k], 1.0), (counts[e][k + 1], -1.0)], 0.0)
-    for u in events:
-        for v in events:
-            if v.op not in found.after[u.op]:
-                continue
-            g = down(lag(u, v))
-            for k in range(horizon + 1):
-                _at_most(solver, [(counts[v][k], 1.0), *_scaled(shifted(u, k - g), -1.0)], 0.0)
+        rows.fix(i, first, last, n)
+        rows.add([(i, 0, 1.0), (i, 1, -1.0)], np.zeros(horizon))  # monotone: x_e(k) <= x_e(k + 1)
+    for i, u in enumerate(events):
+        for j, v in enumerate(events):
+            if v.op in found.after[u.op]:
+                rows.add([(j, 0, 1.0), (i, -down(lag(u, v)), -1.0)], np.zeros(horizon + 1))
     # Memory in budgets and time in steps, so that the linear solver sees numbers near 1.
     scale = budget[device] if budget[device] > 0 else 1.0
-    for k in range(horizon + 1):
-        live = [(counts[e][k], _memory(ticked, e) / scale) for e in events]
-        _at_most(solver, live, _loose(budget[device] / scale))
+    rows.add([(i, 0, _memory(ticked, e) / scale) for i, e in enumerate(events)],
+             np.full(horizon + 1, _loose(budget[device] / scale)))
 
-    def ended(k: int, most: bool) -> list[_Term]:
-        """Work (steps) of the ops ended by k x step, at least (``most`` False) or at most as the counts read."""
-        total: list[_Term] = []
-        for e in events:
-            if e.at_start:
-                back = down(length[e]) if most else up(length[e])
-                total += _scaled(shifted(e, k - back), length[e] / step)
-            else:
-                total.append((counts[e][k], length[e] / step))
-        return total
+    def ended(most: bool, factor: float = 1.0) -> list[_Term]:
+        """Work (steps) of the ops ended by each grid time, at least (``most`` False) or at most as the counts
+        read, times ``factor``."""
+        terms = []
+        for i, e in enumerate(events):
+            back = (down(length[e]) if most else up(length[e])) if e.at_start else 0
+            terms.append((i, -back, factor * length[e] / step))
+        return terms
 
-    least = [ended(k, False) for k in range(horizon + 1)]
-    most = [ended(k, True) for k in range(horizon + 1)]
     work = sum(length[e] for e in events) * n / step
     longest = max(length.values()) / step
-    for k in range(horizon + 1):
-        _at_most(solver, least[k], _loose(k))
-        _at_most(solver, _scaled(most[k], -1.0), _loose(horizon - k + longest) - work)
+    rows.add(ended(False), _loose(times))
+    rows.add(ended(True, -1.0), _loose(horizon - times + longest) - work)
     for width in WINDOWS:
-        for k in range(horizon + 1 - width):
-            _at_most(solver, [*least[k + width], *_scaled(most[k], -1.0)], _loose(width + longest))
-    return _infeasible(solver, deadline) is not True
+        if width <= horizon:
+            rows.add([*[(i, width + back, c) for i, back, c in ended(False)], *ended(True, -1.0)],
+                     np.full(horizon + 1 - width, _loose(width + longest)))
+    if rows.impossible:
+        return False
+    return _infeasible(rows.programme(), deadline) is not True
 
 
-_Term = tuple[pywraplp.Variable, float]  # a variable and its coefficient in a linear row
+# One term of a family of rows: an event's index, the grid shift (its count at row k + shift; none before grid
+# time 0) and its coefficient.
+_Term = tuple[int, int, float]
 
 
-def _scaled(terms: list[_Term], factor: float) -> list[_Term]:
-    return [(variable, factor * coefficient) for variable, coefficient in terms]
+class _Rows:
+    """The programme's rows, built a family at a time as sparse arrays (one row per grid time of the family), and
+    its variables' bounds: the count of event i at grid time k is variable i x (horizon + 1) + k."""
+
+    def __init__(self, events: int, horizon: int) -> None:
+        self.width = horizon + 1
+        self.lower, self.upper = np.zeros(events * self.width), np.zeros(events * self.width)
+        self.rows: list[np.ndarray] = []
+        self.columns: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+        self.uppers: list[np.ndarray] = []
+        self.impossible = False  # a row without variables whose bound is below 0
+
+    def fix(self, event: int, first: int, last: int, n: float) -> None:
+        """Event ``event``'s count lies between 0 and ``n``: 0 before grid time ``first``, ``n`` from ``last`` on
+        (every event's bounds are set so before the programme is built)."""
+        base = event * self.width
+        self.upper[base + first:base + self.width] = n
+        self.lower[base + last:base + self.width] = n
+
+    def add(self, terms: list[_Term], bounds: np.ndarray) -> None:
+        """Rows k = 0 .. len(bounds) - 1: the sum of coefficient x count of the event at k + shift, over
+        ``terms``, is at most bounds[k] (a term whose grid time falls outside 0 .. horizon is left out)."""
+        count = len(bounds)
+        first = sum(len(u) for u in self.uppers)
+        at = np.arange(count)
+        used = np.zeros(count, dtype=bool)
+        for event, shift, coefficient in terms:
+            k = at + shift
+            inside = (k >= 0) & (k < self.width)
+            used |= inside
+            self.rows.append(first + at[inside])
+            self.columns.append(event * self.width + k[inside])
+            self.values.append(np.full(int(inside.sum()), coefficient))
+        if np.any(~used & (bounds < 0)):
+            self.impossible = True
+        self.uppers.append(np.asarray(bounds, dtype=float))
+
+    def programme(self) -> model_builder_helper.ModelBuilderHelper:
+        """The linear programme (no objective) of the rows so far; repeated variables in a row are summed."""
+        size = len(self.lower)
+        uppers = np.concatenate(self.uppers)
+        matrix = sparse.csr_matrix(
+            (np.concatenate(self.values), (np.concatenate(self.rows), np.concatenate(self.columns))),
+            shape=(len(uppers), size),
+        )
+        helper = model_builder_helper.ModelBuilderHelper()
+        no_objective, no_lower = np.zeros(size), np.full(len(uppers), -np.inf)
+        fill: Any = helper.fill_model_from_sparse_data  # OR-Tools' stubs spell its array types wrongly
+        fill(self.lower, self.upper, no_objective, no_lower, uppers, matrix)
+        return helper
 
 
-def _at_most(solver: pywraplp.Solver, terms: list[_Term], bound: float) -> None:
-    """Add the row sum(coefficient x variable) <= bound, with the coefficients of a repeated variable summed.
-
-    Rows are set coefficient by coefficient: building them from operator expressions took about 40 % of the
-    programme's time in a profile of the bound tests (the same bounds now come in about 60 % of the time).
-    A row without variables is kept as the linear solver's API keeps a constant comparison (a row 0 = 0 when
-    it holds, an infeasible row 1 = 1 over no variables when not)."""
-    if not terms:
-        if bound >= 0:
-            solver.Constraint(0.0, 0.0)
-        else:
-            solver.Constraint(1.0, 1.0)
-        return
-    # Keyed by the variable's index: a variable's == builds a constraint instead of comparing.
-    merged: dict[int, tuple[pywraplp.Variable, float]] = {}
-    for variable, coefficient in terms:
-        _, before = merged.get(variable.index(), (variable, 0.0))
-        merged[variable.index()] = (variable, before + coefficient)
-    row = solver.Constraint(-solver.infinity(), bound)
-    for variable, coefficient in merged.values():
-        row.SetCoefficient(variable, coefficient)
+def _loose(bound: Any) -> Any:
+    """A right-hand side (a number or an array of them) with :data:`_SLACK` relative room (at least absolute)."""
+    return bound + _SLACK * np.maximum(1.0, np.abs(bound))
 
 
-def _loose(bound: float) -> float:
-    """A right-hand side with :data:`_SLACK` relative room (at least absolute)."""
-    return bound + _SLACK * max(1.0, abs(bound))
-
-
-def _infeasible(glop: pywraplp.Solver, deadline: float) -> bool | None:
+def _infeasible(programme: model_builder_helper.ModelBuilderHelper, deadline: float) -> bool | None:
     """Whether the programme is proven infeasible (True), solved (False) or neither (None). GLOP is fast but
     sometimes ends ABNORMAL on these programmes (its dual simplex can also cycle: both seen at P = 32); HiGHS,
     slower, then gets the same programme. Each solve takes at most :data:`LP_LIMIT_S` and stops at ``deadline``."""
-    proto: linear_solver_pb2.MPModelProto | None = None
+    statuses = model_builder_helper.SolveStatus
     for backend in _BACKENDS:
         left = min(LP_LIMIT_S, deadline - time.monotonic())
         if left <= 0:
             return None
-        solver = glop
-        if backend != "GLOP":
-            if proto is None:
-                proto = linear_solver_pb2.MPModelProto()
-                glop.ExportModelToProto(proto)
-            solver = pywraplp.Solver.CreateSolver(backend)
-            if solver is None:
-                log.debug("no %s in this OR-Tools", backend)
-                continue
-            error = solver.LoadModelFromProto(proto)
-            if error:
-                log.debug("%s could not read the programme: %s", backend, error)
-                continue
-            solver.SetSolverSpecificParametersAsString("output_flag=false")  # HiGHS prints a banner otherwise
-        solver.SuppressOutput()
-        solver.SetTimeLimit(max(1, int(left * 1000)))
-        status = solver.Solve()
-        if status == pywraplp.Solver.INFEASIBLE:
+        solver = model_builder_helper.ModelSolverHelper(backend)
+        if not solver.solver_is_supported():
+            log.debug("no %s in this OR-Tools", backend)
+            continue
+        if backend == "HIGHS":
+            solver.set_solver_specific_parameters("output_flag=false")  # HiGHS prints a banner otherwise
+        solver.set_time_limit_in_seconds(left)
+        solver.solve(programme)
+        status = solver.status()
+        if status == statuses.INFEASIBLE:
             return True
-        if status in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+        if status in (statuses.OPTIMAL, statuses.FEASIBLE):
             return False
         log.debug("%s gave no verdict (status %s)", backend, status)
     return None
