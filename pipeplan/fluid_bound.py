@@ -42,16 +42,17 @@ infeasible for K, every schedule has T > K delta. The programme for K + 1 is fea
 K. The roundings are computed exactly (in fractions of the grid step), and a verdict the linear solver cannot give
 counts as feasible, which only weakens the bound. The grid has :data:`STEPS` steps over the best schedule's
 objective: on the split-backward family at P = 16, N = 32, two chunks in loop placement, budget 6, device 0 proves
-156.47 on 600 steps over 166.75 (6 s on one core), against 142.19 from the closed forms
-(a relaxed schedule of device 0 alone takes 157.53, so little more is left to prove on that device). Finer grids
-could prove more, but their programmes take longer: on 1,300 steps several exceed :data:`LP_LIMIT_S`, count as
-feasible, and the bound is 152.26 after 105 s.
+156.47 on 600 steps over 166.75 (6 s on one core; 9 s with the rows built one by one, the same day), against 142.19
+from the closed forms (a relaxed schedule of device 0 alone takes 157.53, so little more is left to prove on that
+device). Finer grids could prove more, but their programmes take longer: on 1,300 steps several exceed
+:data:`LP_LIMIT_S`, count as feasible, and the bound is 152.26 after 105 s (112 s with the rows built one by one).
 
 **Building the programme.** Every condition above is a family of rows, one per grid time, whose terms are the
 same events shifted by fixed numbers of steps; each family is laid out as arrays at once and the programme handed
 to the linear solver as one sparse matrix. Built a row at a time through the solver's Python API, the programme
-took longer to build than to solve (P = 32, N = 64, two chunks in loop placement, budget 11: 9.5 of 13.9 s in a
-profile, 19 programmes); built as arrays, 43 programmes take 8.8 s, 0.6 s of it outside the solver.
+took longer to build than to solve (P = 32, N = 64, two chunks in loop placement, budget 11, the whole bound
+given 14 s: 19 programmes, 9.5 of the 13.9 s spent building them, the fine pass cut short); built as arrays, the
+bound finishes, all 43 programmes, in 8.8 s, 0.6 s of it outside the solver.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def feasible(ticked: Problem, device: int, objective: str, step: float, horizon:
     rows.add(ended(True, -1.0), _loose(horizon - times + longest) - work)
     for width in WINDOWS:
         if width <= horizon:
-            rows.add([*[(i, width + back, c) for i, back, c in ended(False)], *ended(True, -1.0)],
+            rows.add([*[(i, width + shift, c) for i, shift, c in ended(False)], *ended(True, -1.0)],
                      np.full(horizon + 1 - width, _loose(width + longest)))
     if rows.impossible:
         return False
@@ -199,25 +200,29 @@ class _Rows:
         self.columns: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
         self.uppers: list[np.ndarray] = []
+        self.count = 0  # rows so far
         self.impossible = False  # a row without variables whose bound is below 0
 
     def fix(self, event: int, first: int, last: int, n: float) -> None:
-        """Event ``event``'s count lies between 0 and ``n``: 0 before grid time ``first``, ``n`` from ``last`` on
-        (every event's bounds are set so before the programme is built)."""
+        """Event ``event``'s count lies between 0 and ``n``: 0 before grid time ``first``, ``n`` from ``last`` on.
+        Every event's bounds must be set so before the programme is built (an event left out stays at 0)."""
         base = event * self.width
         self.upper[base + first:base + self.width] = n
         self.lower[base + last:base + self.width] = n
 
     def add(self, terms: list[_Term], bounds: np.ndarray) -> None:
         """Rows k = 0 .. len(bounds) - 1: the sum of coefficient x count of the event at k + shift, over
-        ``terms``, is at most bounds[k] (a term whose grid time falls outside 0 .. horizon is left out)."""
+        ``terms``, is at most bounds[k]. A term whose grid time falls before 0 is left out (every count is 0
+        there); one past the horizon is refused, as no condition of the argument reads a count there."""
         count = len(bounds)
-        first = sum(len(u) for u in self.uppers)
+        first = self.count
         at = np.arange(count)
         used = np.zeros(count, dtype=bool)
         for event, shift, coefficient in terms:
             k = at + shift
-            inside = (k >= 0) & (k < self.width)
+            if count and k[-1] >= self.width:
+                raise ValueError(f"a row reads a count at grid time {k[-1]}, past the horizon {self.width - 1}")
+            inside = k >= 0
             used |= inside
             self.rows.append(first + at[inside])
             self.columns.append(event * self.width + k[inside])
@@ -225,6 +230,7 @@ class _Rows:
         if np.any(~used & (bounds < 0)):
             self.impossible = True
         self.uppers.append(np.asarray(bounds, dtype=float))
+        self.count += count
 
     def programme(self) -> model_builder_helper.ModelBuilderHelper:
         """The linear programme (no objective) of the rows so far; repeated variables in a row are summed."""
@@ -260,7 +266,7 @@ def _infeasible(programme: model_builder_helper.ModelBuilderHelper, deadline: fl
             log.debug("no %s in this OR-Tools", backend)
             continue
         if backend == "HIGHS":
-            solver.set_solver_specific_parameters("output_flag=false")  # HiGHS prints a banner otherwise
+            solver.set_solver_specific_parameters("output_flag=false")  # HiGHS prints while reading otherwise
         solver.set_time_limit_in_seconds(left)
         solver.solve(programme)
         status = solver.status()

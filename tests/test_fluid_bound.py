@@ -9,6 +9,7 @@ import math
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 from exhaustive import (
     OBJECTIVES,
@@ -89,8 +90,7 @@ def test_a_passed_deadline_or_a_stop_proves_nothing() -> None:
 
 
 def test_highs_proves_what_glop_proves(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fallback linear solver reads the same programme (exported and loaded again) and reaches the same
-    verdicts."""
+    """The fallback linear solver reads the same programme and reaches the same verdicts."""
     problem = family(4, 8, 2).with_layout(2, "loop")
     glop = _bound(problem, "makespan", high=33.02)
     monkeypatch.setattr(fluid, "_BACKENDS", ("HIGHS",))
@@ -102,6 +102,36 @@ def test_unknown_objective_is_refused() -> None:
     ticked, _, _ = tick_problem(family(2, 4, 2))
     with pytest.raises(ValueError, match="objective"):
         fluid.feasible(ticked, 0, "throughput", 10.0, 5)
+
+
+def test_rows_shift_counts_drop_what_falls_off_the_grid_and_sum_repeated_counts() -> None:
+    """The programme's rows as the argument writes them: event 1's count two steps back and event 0's count, with
+    event 0 named twice in the same row (the coefficients add up), on a grid of 4 steps (5 times)."""
+    rows = fluid._Rows(events=2, horizon=4)
+    rows.fix(0, first=1, last=3, n=7.0)
+    rows.fix(1, first=0, last=4, n=7.0)
+    rows.add([(0, 0, 1.0), (1, -2, -0.5), (0, 0, 2.0)], np.arange(5.0))
+    assert not rows.impossible
+    programme = rows.programme()
+    assert programme.num_variables() == 10 and programme.num_constraints() == 5
+    for k in range(5):
+        terms = dict(zip(programme.constraint_var_indices(k), programme.constraint_coefficients(k), strict=True))
+        expected = {k: 3.0} | ({5 + k - 2: -0.5} if k >= 2 else {})  # event 1's counts are variables 5 .. 9
+        assert terms == expected
+        assert programme.constraint_upper_bound(k) == k
+    # bounds: event 0 is 0 before time 1 and 7 from time 3; event 1 reaches 7 at time 4
+    assert [programme.var_upper_bound(v) for v in range(5)] == [0.0, 7.0, 7.0, 7.0, 7.0]
+    assert [programme.var_lower_bound(v) for v in range(5)] == [0.0, 0.0, 0.0, 7.0, 7.0]
+    assert [programme.var_lower_bound(v) for v in range(5, 10)] == [0.0, 0.0, 0.0, 0.0, 7.0]
+    assert programme.constraint_lower_bound(0) == -math.inf
+    # a row left without counts (every term before the grid) holds when its bound is at least 0, not below
+    rows.add([(1, -9, 1.0)], np.array([0.0]))
+    assert not rows.impossible
+    rows.add([(1, -9, 1.0)], np.array([-1.0]))
+    assert rows.impossible
+    # no condition reads a count past the horizon: a row that would is refused, not cut short
+    with pytest.raises(ValueError, match="past the horizon"):
+        rows.add([(0, 1, 1.0)], np.zeros(5))
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
