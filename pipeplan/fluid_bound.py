@@ -173,11 +173,12 @@ def feasible(ticked: Problem, device: int, objective: str, step: float, horizon:
 
     work = sum(length[e] for e in events) * n / step
     longest = max(length.values()) / step
-    rows.add(ended(False), _loose(times))
-    rows.add(ended(True, -1.0), _loose(horizon - times + longest) - work)
+    least, most_less = ended(False), ended(True, -1.0)
+    rows.add(least, _loose(times))
+    rows.add(most_less, _loose(horizon - times + longest) - work)
     for width in WINDOWS:
         if width <= horizon:
-            rows.add([*[(i, width + shift, c) for i, shift, c in ended(False)], *ended(True, -1.0)],
+            rows.add([*[(i, width + shift, c) for i, shift, c in least], *most_less],
                      np.full(horizon + 1 - width, _loose(width + longest)))
     if rows.impossible:
         return False
