@@ -99,7 +99,10 @@ started, go = Path(sys.argv[1]), Path(sys.argv[2])
 render = html.render_folder
 def waiting(folder):
     page = render(folder)
-    started.write_text(str(folder), encoding="utf-8")
+    # Written aside and renamed: the parent polls for the file and would read it empty mid-write.
+    partial = started.with_name(started.name + ".partial")
+    partial.write_text(str(folder), encoding="utf-8")
+    partial.replace(started)
     deadline = time.monotonic() + 120
     while not go.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
