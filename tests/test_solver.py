@@ -414,6 +414,23 @@ def test_cp_sat_solutions_report_their_objective_only_where_a_replay_can_match_i
         assert reports[-1].bound == pytest.approx(3.0)
 
 
+def test_a_bound_between_whole_ticks_proves_the_next_one_up() -> None:
+    """With exact ticks every objective is a whole number of ticks. P=4, N=8, two chunks in loop placement, budget
+    2 (the split-backward family): the closed-form bound is 17,944.999995 ticks (1,000 a time unit), so it proves
+    17.945; with no time left for any search, that is the bound given."""
+    problem = Problem.build(8, 8, forward=0.5, backward=0.5, backward_weight=0.25, comm=0.03, activation=0.5,
+                            weight_activation=0.175, budget=2, num_chunks=2, placement="loop")
+    ticked, scale, exact = solver_module.tick_problem(problem)
+    closed_form = solver_module._analytic_bound(ticked, "makespan")
+    assert exact and scale == 1000 and 17944.99 < closed_form < 17945
+    result = solve(problem, objective="makespan", time_limit_s=0.001, num_workers=2)
+    assert result.search.startswith("skipped: the time limit was spent")
+    assert result.lower_bound == 17.945
+    check_result(problem, result, "makespan")
+    # A hair above a whole number is float noise on it, not a proof of the next one.
+    assert [solver_module._whole_ticks(t) for t in (9001.0, 9001.0 + 1e-9, 9000.2, 9000.999996)] == [9001.0] * 4
+
+
 def test_hints_are_warm_starts_and_unfit_ones_are_skipped() -> None:
     roomy = Problem.build(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=16))
     first = solve(roomy, objective="stage_span", time_limit_s=5, num_workers=2)
