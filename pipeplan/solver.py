@@ -199,17 +199,29 @@ class SolveResult:
 # ---------------------------------------------------------------------------------------------- data
 
 
+# How far (relative) a value in ticks may lie from a whole number and still count as it: float noise only (0.29 *
+# 100 is 28.999999999999996). A cost a little further off, such as 0.5 - 1e-9 at 100 ticks a unit, is not whole:
+# counted as whole it would be rounded up, the ticked problem would no longer be a relaxation, and its bounds could
+# exceed the real schedules' values.
+_WHOLE_NOISE = 1e-12
+
+
+def _is_whole(ticks: float) -> bool:
+    """Whether ``ticks`` is a whole number up to float noise (:data:`_WHOLE_NOISE`)."""
+    return abs(ticks - round(ticks)) <= _WHOLE_NOISE * max(1.0, abs(ticks))
+
+
 def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
-    """The smallest power of ten that makes every value a whole number of ticks (within 1e-6 of a tick), and
-    whether one up to 10**6 does; never so large that ``total`` (the largest sum the model forms) leaves the
-    integers a float holds exactly (2**53)."""
+    """The smallest power of ten that makes every value a whole number of ticks (up to float noise), and whether
+    one up to 10**6 does; never so large that ``total`` (the largest sum the model forms) leaves the integers a
+    float holds exactly (2**53)."""
     largest = 0
     for exponent in range(_MAX_SCALE_EXPONENT + 1):
         scale = 10**exponent
         if total * scale > _MAX_TICKS and exponent > 0:
             break
         largest = scale
-        if all(abs(v * scale - round(v * scale)) <= 1e-6 for v in values):
+        if all(_is_whole(v * scale) for v in values):
             return scale, True
     return largest, False
 
@@ -241,7 +253,10 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
         log.warning("costs or memory are not whole ticks at 1e-6; CP-SAT solves a rounded-down relaxation")
 
     def down(values: Sequence[float], scale: int) -> tuple[float, ...]:
-        return tuple(float(math.floor(v * scale + 1e-6)) for v in values)
+        return tuple(float(round(v * scale) if _is_whole(v * scale) else math.floor(v * scale)) for v in values)
+
+    def up(value: float, scale: int) -> float:
+        return float(round(value * scale) if _is_whole(value * scale) else math.ceil(value * scale))
 
     weights = down(problem.backward_weight, time_scale)
     if problem.split_backward and min(weights) == 0:
@@ -269,7 +284,7 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
         comm=down(problem.comm, time_scale),
         activation=tuple(b + w for b, w in zip(held_after_b, held_until_w)),
         weight_activation=held_until_w,
-        budget=None if budget is None else tuple(float(math.ceil(b * memory_scale - 1e-6)) for b in budget),
+        budget=None if budget is None else tuple(up(b, memory_scale) for b in budget),
     )
     return ticked, time_scale, exact
 

@@ -221,6 +221,23 @@ def test_costs_that_are_not_whole_ticks_still_give_a_valid_answer(caplog: pytest
         assert result.solver_times is None and result.solver_objective is None
 
 
+def test_costs_a_hair_below_whole_ticks_are_not_rounded_up() -> None:
+    """0.5 - 8e-10 is not 50 ticks of 1/100: counted as 50 (as a tolerance of 1e-6 ticks once did), the ticked
+    problem was no relaxation, its proven bound 7.75 exceeded the replayed optimum 7.7499999864 and the solver
+    failed its own check. Float noise still counts as whole (0.29 * 100 is 28.999999999999996)."""
+    d = 8e-10
+    hair = Problem.build(2, 2, forward=[0.5 - d] * 4, backward=[0.5 - d] * 4, backward_weight=[0.25 - d] * 4,
+                         activation=1, weight_activation=0.5, budget=1, num_chunks=2)
+    assert not solver_module.tick_problem(hair)[2]
+    result = solve(hair, objective="makespan", time_limit_s=2, num_workers=2)
+    check_result(hair, result, "makespan", tol=1e-6)
+    assert result.lower_bound <= result.objective
+    assert result.objective == pytest.approx(7.75, abs=1e-6)
+    noisy = Problem.build(2, 2, forward=0.29, backward=0.58, comm=0.03)
+    ticked, scale, exact = solver_module.tick_problem(noisy)
+    assert (scale, exact, ticked.forward[0], ticked.backward[0]) == (100, True, 29.0, 58.0)
+
+
 def test_memory_that_is_not_whole_ticks_keeps_every_schedule_that_fits() -> None:
     """Three activations of 2/3 fit a budget of 2 exactly; the optimum is that of activation 1 with budget 3."""
     fields: dict[str, Any] = dict(num_stages=3, num_microbatches=6, forward=1.0, backward=1.0, backward_weight=0.5)
@@ -415,9 +432,9 @@ def test_cp_sat_solutions_report_their_objective_only_where_a_replay_can_match_i
 
 
 def test_a_bound_between_whole_ticks_proves_the_next_one_up() -> None:
-    """With exact ticks every objective is a whole number of ticks. P=4, N=8, two chunks in loop placement, budget
-    2 (the split-backward family): the closed-form bound is 17,944.999995 ticks (1,000 a time unit), so it proves
-    17.945; with no time left for any search, that is the bound given."""
+    """With exact ticks every objective is a whole number of ticks. Eight devices, N=8, two chunks each in loop
+    placement, budget 2 (the split-backward family): the closed-form bound is 17,944.999995 ticks (1,000 a time
+    unit), so it proves 17.945; with no time left for any search, that is the bound given."""
     problem = Problem.build(8, 8, forward=0.5, backward=0.5, backward_weight=0.25, comm=0.03, activation=0.5,
                             weight_activation=0.175, budget=2, num_chunks=2, placement="loop")
     ticked, scale, exact = solver_module.tick_problem(problem)
