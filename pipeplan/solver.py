@@ -211,6 +211,12 @@ def _is_whole(ticks: float) -> bool:
     return abs(ticks - round(ticks)) <= _WHOLE_NOISE * max(1.0, abs(ticks))
 
 
+def _rounded(ticks: float, rounding: Callable[[float], int]) -> float:
+    """``ticks`` as a whole number: itself when it is one up to float noise, else rounded by ``rounding``
+    (math.floor or math.ceil, whichever keeps the ticked problem a relaxation)."""
+    return float(round(ticks) if _is_whole(ticks) else rounding(ticks))
+
+
 def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
     """The smallest power of ten that makes every value a whole number of ticks (up to float noise), and whether
     one up to 10**6 does; never so large that ``total`` (the largest sum the model forms) leaves the integers a
@@ -253,10 +259,7 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
         log.warning("costs or memory are not whole ticks at 1e-6; CP-SAT solves a rounded-down relaxation")
 
     def down(values: Sequence[float], scale: int) -> tuple[float, ...]:
-        return tuple(float(round(v * scale) if _is_whole(v * scale) else math.floor(v * scale)) for v in values)
-
-    def up(value: float, scale: int) -> float:
-        return float(round(value * scale) if _is_whole(value * scale) else math.ceil(value * scale))
+        return tuple(_rounded(v * scale, math.floor) for v in values)
 
     weights = down(problem.backward_weight, time_scale)
     if problem.split_backward and min(weights) == 0:
@@ -284,7 +287,7 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
         comm=down(problem.comm, time_scale),
         activation=tuple(b + w for b, w in zip(held_after_b, held_until_w)),
         weight_activation=held_until_w,
-        budget=None if budget is None else tuple(up(b, memory_scale) for b in budget),
+        budget=None if budget is None else tuple(_rounded(b * memory_scale, math.ceil) for b in budget),
     )
     return ticked, time_scale, exact
 
