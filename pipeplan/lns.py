@@ -42,6 +42,9 @@ SUB_SOLVE_S = 1.0
 REPLAY_MARGIN_S = 0.3
 # Window widths tried, as fractions of the incumbent's makespan, in turn.
 WIDTHS = (0.1, 0.05, 0.2)
+# Relative float noise within which a value counts as meeting the target: a bound handed over in the config's
+# unit and multiplied back into ticks can land a hair below the whole number of ticks it stands for.
+TARGET_NOISE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,7 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
             should_stop: Callable[[], bool] = lambda: False,
             on_improvement: Callable[[Schedule], None] = lambda schedule: None) -> Schedule:
     """The best schedule found by neighbourhood moves from ``incumbent`` until ``deadline`` (time.monotonic())
-    or until its value reaches ``target`` (a proven lower bound, in ticks).
+    or until its value reaches ``target`` (a proven lower bound, in ticks; up to :data:`TARGET_NOISE`).
 
     ``problem`` is the ticked problem the model was built from; ``value_of`` gives a replayed timeline's
     objective in ticks; ``on_improvement`` is given each better schedule as it is found. Returns
@@ -184,7 +187,7 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
     tried = improved = 0
     for window in windows(int(round(max(timeline.end))), seed):
         left = deadline - time.monotonic() - REPLAY_MARGIN_S
-        if left < 0.1 or value <= target or should_stop():
+        if left < 0.1 or value <= target * (1 + TARGET_NOISE) or should_stop():
             break
         model = _restrict(base, held, window, int(round(value)) - 1)
         solver = cp_model.CpSolver()

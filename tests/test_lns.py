@@ -220,6 +220,28 @@ def test_each_better_schedule_is_heard_as_it_is_found() -> None:
     assert best_value < before
 
 
+def test_a_target_a_float_hair_below_the_incumbent_counts_as_met(caplog: pytest.LogCaptureFixture) -> None:
+    """A bound handed over in the config's unit comes back into ticks with float noise (1.13 * 100 is
+    112.99999999999999): an incumbent of 113 ticks meets it, so no neighbourhood is tried."""
+    problem = Problem.build(3, 6, forward=[1.0, 1.5, 1.0], backward=[1.5, 1.0, 2.0], backward_weight=0.5,
+                            comm=0.25, weight_activation=0.5, budget=2)
+    ticked, _, _ = tick_problem(problem)
+    poor = gpipe_with_flush_size(ticked, 1, name="gpipe-1")
+    model = _Model(ticked, "makespan", _horizon(ticked, poor, "makespan"))
+    value = objective_of(compute_metrics(simulate(ticked, poor)), "makespan")
+    settings = SolverSettings(num_workers=1)
+    for target, tried in ((value * (1 - 1e-15), 0), (value - 1, None)):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="pipeplan.lns"):
+            found = _neighbourhood_search(model, poor, settings, time.monotonic() + 0.5, stop=None, target=target)
+        counts = [int(m.group(1)) for r in caplog.records if (m := re.match(r"LNS: (\d+) neighbourhoods", r.message))]
+        assert len(counts) == 1
+        if tried == 0:
+            assert counts == [0] and found is poor
+        else:  # a whole tick below: the search runs
+            assert counts[0] > 0
+
+
 def lns_model(model: _Model) -> lns.LnsModel:
     """What the neighbourhood search needs of the solver's model (orders are not read back in these tests)."""
     def no_order(solver: cp_model.CpSolver) -> Schedule:
