@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from invariants import assert_valid
 from ortools.sat.python import cp_model
 
+import pipeplan.cpsat
 import pipeplan.solver
 from pipeplan import Problem, compute_metrics, lns, simulate
 from pipeplan.config import SolverSettings
@@ -44,6 +45,43 @@ def test_windows_slide_from_the_end_over_the_whole_schedule_then_go_random() -> 
     covered = set().union(*(range(w.begin, w.end) for w in sliding))
     assert covered == set(range(makespan))
     assert all(0 <= w.begin < w.end <= makespan for w in first)
+
+
+def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first neighbourhoods free the incumbent's last TAIL_WIDTHS of time, each with up to TAIL_S seconds (and
+    at most TAIL_SHARE of the time left); each tail is taken of the incumbent as it is then (so after the first
+    improves it, the second ends at the new makespan); the sliding windows of 1 s follow."""
+    problem = Problem.build(3, 6, forward=[1.0, 1.5, 1.0], backward=[1.5, 1.0, 2.0], backward_weight=0.5,
+                            comm=0.25, weight_activation=0.5, budget=2)
+    ticked, _, _ = tick_problem(problem)
+    poor = gpipe_with_flush_size(ticked, 1, name="gpipe-1")
+    model = _Model(ticked, "makespan", _horizon(ticked, poor, "makespan"))
+    seen: list[tuple[lns.Neighbourhood, int]] = []  # each window and the incumbent's makespan (ticks) it was cut from
+    restrict = lns._restrict
+
+    def recorded(base: lns.LnsModel, incumbent: lns.Placed, window: lns.Neighbourhood, bound: int) -> Any:
+        seen.append((window, max(max(row) for row in incumbent.end)))
+        return restrict(base, incumbent, window, bound)
+
+    limits: list[float] = []
+    run = pipeplan.cpsat.run_stoppable
+
+    def timed(solver: cp_model.CpSolver, *args: Any, **kwargs: Any) -> Any:
+        limits.append(solver.parameters.max_time_in_seconds)
+        return run(solver, *args, **kwargs)
+
+    monkeypatch.setattr(lns, "_restrict", recorded)
+    monkeypatch.setattr(pipeplan.cpsat, "run_stoppable", timed)
+    deadline = time.monotonic() + 4.0
+    _neighbourhood_search(model, poor, SolverSettings(num_workers=1), deadline, stop=None)
+    assert len(seen) > len(lns.TAIL_WIDTHS)
+    for (window, end), width, limit in zip(seen, lns.TAIL_WIDTHS, limits):
+        assert (window.begin, window.end) == (int(end * (1 - width)), end)
+        assert limit <= lns.TAIL_S and limit <= lns.TAIL_SHARE * 4.0
+    assert seen[0][1] == round(max(simulate(ticked, poor).end))  # the first tail: of the incumbent handed over
+    assert all(limit <= lns.SUB_SOLVE_S for limit in limits[len(lns.TAIL_WIDTHS):])
+    first_slide = seen[len(lns.TAIL_WIDTHS)][0]
+    assert first_slide.end - first_slide.begin == max(1, int(seen[0][1] * WIDTHS[0]))
 
 
 # CP-SAT's (9.15) workers that build a linear relaxation whatever the level, besides every "*max_lp*" one; kept
