@@ -11,21 +11,21 @@ rearrange thousands of ops at once. This search instead repeats a small move:
    (without its linear relaxation, which costs more than it gives here: :func:`_without_linear_relaxation`);
 4. replay the order it finds (the simulator decides every value) and keep it when it is better.
 
-First come tail windows (the last fifth, then the last 30 %, of the incumbent as it is then; everything after
-the window's start is free), each with several seconds: the drain is where a makespan is decided, and a move
-there often needs a window wider than a 1 s sub-solve can search (on P=16, N=32, two chunks in loop placement,
-16 activations, the last quarter of interleaved zero bubble, given 13 s, holds a schedule 1.3 % faster, where the
-10 % and 5 % windows hold none). Then windows slide from the end of the schedule to its start, then shrink and
-widen, 1 s each. Every neighbourhood holds the incumbent, so the schedule kept is always valid; a sub-solve asks for a
-strictly better one and may find none. A proven bound never comes from here (a neighbourhood is a restriction,
-not a relaxation).
+First come tail windows (the last fifth, then the last 30 %, of the incumbent as it is then: every op that
+does not end before the window starts is free), each with several seconds: the drain is where a makespan is
+decided, and a move there often needs a window wider than a 1 s sub-solve can search (on P=16, N=32, two chunks
+in loop placement, 16 activations, a window over the last quarter of interleaved zero bubble, given 13 s, holds
+a schedule 1.3 % faster, where every window of 10 % and 5 % holds none). Then windows slide from the end of the
+schedule to its start, then shrink and widen, 1 s each. Every neighbourhood holds the incumbent, so the schedule
+kept is always valid; a sub-solve asks for a strictly better one and may find none. A proven bound never comes
+from here (a neighbourhood is a restriction, not a relaxation).
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -53,9 +53,9 @@ WIDTHS = (0.1, 0.05, 0.2)
 TAIL_WIDTHS = (0.2, 0.3)
 TAIL_S = 8.0
 TAIL_SHARE = 0.35
-# Relative float noise within which a value counts as meeting the target: a bound handed over in the config's
-# unit and multiplied back into ticks can land a hair below the whole number of ticks it stands for.
-TARGET_NOISE = 1e-9
+# Ticks of float noise within which a target counts as the whole tick above it (values are whole ticks): a bound
+# handed over in the config's unit and multiplied back into ticks can land a hair below the tick it stands for.
+TARGET_NOISE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,8 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
             should_stop: Callable[[], bool] = lambda: False,
             on_improvement: Callable[[Schedule], None] = lambda schedule: None) -> Schedule:
     """The best schedule found by neighbourhood moves from ``incumbent`` until ``deadline`` (time.monotonic())
-    or until its value reaches ``target`` (a proven lower bound, in ticks; up to :data:`TARGET_NOISE`).
+    or until its value reaches ``target`` (a proven lower bound in ticks; less :data:`TARGET_NOISE` and rounded
+    up, as values are whole ticks).
 
     ``problem`` is the ticked problem the model was built from; ``value_of`` gives a replayed timeline's
     objective in ticks; ``on_improvement`` is given each better schedule as it is found. Returns
@@ -196,10 +197,16 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
     value = value_of(timeline)
     held = placed(base, timeline)
     tried = improved = 0
-    tails = (None for _ in TAIL_WIDTHS)
-    for position, slide in enumerate(itertools.chain(tails, windows(int(round(max(timeline.end))), seed))):
+
+    def neighbourhoods() -> Iterator[Neighbourhood | None]:
+        """None for each tail window, then the sliding windows over the incumbent as it is once the tails are
+        done (a tail may have shortened it)."""
+        yield from (None for _ in TAIL_WIDTHS)
+        yield from windows(int(round(max(timeline.end))), seed)
+
+    for position, slide in enumerate(neighbourhoods()):
         left = deadline - time.monotonic() - REPLAY_MARGIN_S
-        if left < 0.1 or value <= target * (1 + TARGET_NOISE) or should_stop():
+        if left < 0.1 or value <= math.ceil(target - TARGET_NOISE) or should_stop():
             break
         if slide is None:  # a tail window of the incumbent as it is now
             end = int(round(max(timeline.end)))

@@ -79,9 +79,12 @@ def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(monkeypat
         assert (window.begin, window.end) == (int(end * (1 - width)), end)
         assert limit <= lns.TAIL_S and limit <= lns.TAIL_SHARE * 4.0
     assert seen[0][1] == round(max(simulate(ticked, poor).end))  # the first tail: of the incumbent handed over
+    assert seen[1][1] < seen[0][1]  # the first tail improved one microbatch at a time; the second is of the result
+    assert limits[0] > lns.SUB_SOLVE_S  # more than a sliding window's second
     assert all(limit <= lns.SUB_SOLVE_S for limit in limits[len(lns.TAIL_WIDTHS):])
-    first_slide = seen[len(lns.TAIL_WIDTHS)][0]
-    assert first_slide.end - first_slide.begin == max(1, int(seen[0][1] * WIDTHS[0]))
+    # The sliding windows are measured on the incumbent as the tails left it.
+    first_slide, end = seen[len(lns.TAIL_WIDTHS)]
+    assert (first_slide.begin, first_slide.end) == (end - max(1, int(end * WIDTHS[0])), end)
 
 
 # CP-SAT's (9.15) workers that build a linear relaxation whatever the level, besides every "*max_lp*" one; kept
