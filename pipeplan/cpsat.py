@@ -5,10 +5,13 @@ native ``solve``, a Ctrl-C waits until the search returns (up to its time limit)
 search in a helper thread and has the main thread wait on an event, polling ``should_stop`` every
 :data:`POLL_S`: a handler that sets a flag, or an exception it raises (a second Ctrl-C, SIGTERM), stops the search
 within that time. CP-SAT's own SIGINT handler is turned off, so that Ctrl-C is the caller's.
+
+Also here, for every model in integer ticks: :func:`whole_ticks`, the whole number of ticks a bound proves.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +20,17 @@ from ortools.sat.python import cp_model
 
 # How often the waiting thread asks whether to stop (seconds).
 POLL_S = 0.05
+# Below this many ticks above a whole number a bound is taken as float noise on that number, not as proving the
+# next one (see whole_ticks).
+TICK_NOISE = 1e-6
+
+
+def whole_ticks(ticks: float) -> float:
+    """The least whole number of ticks at least ``ticks``, less :data:`TICK_NOISE`: where every objective is a
+    whole number of ticks, what a bound of ``ticks`` proves (a bound computed a hair above a whole number, by float
+    rounding, is not pushed up past it; one handed over in another unit and multiplied back into ticks may land a
+    hair below the tick it stands for)."""
+    return float(math.ceil(ticks - TICK_NOISE))
 
 
 def run_stoppable(solver: cp_model.CpSolver, model: cp_model.CpModel,

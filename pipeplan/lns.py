@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import math
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -53,9 +52,6 @@ WIDTHS = (0.1, 0.05, 0.2)
 TAIL_WIDTHS = (0.2, 0.3)
 TAIL_S = 8.0
 TAIL_SHARE = 0.35
-# Ticks of float noise within which a target counts as the whole tick above it (values are whole ticks): a bound
-# handed over in the config's unit and multiplied back into ticks can land a hair below the tick it stands for.
-TARGET_NOISE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -185,8 +181,8 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
             should_stop: Callable[[], bool] = lambda: False,
             on_improvement: Callable[[Schedule], None] = lambda schedule: None) -> Schedule:
     """The best schedule found by neighbourhood moves from ``incumbent`` until ``deadline`` (time.monotonic())
-    or until its value reaches ``target`` (a proven lower bound in ticks; less :data:`TARGET_NOISE` and rounded
-    up, as values are whole ticks).
+    or until its value reaches ``target`` (a proven lower bound in ticks, as the whole number of ticks it
+    proves: :func:`pipeplan.cpsat.whole_ticks`, since values are whole ticks).
 
     ``problem`` is the ticked problem the model was built from; ``value_of`` gives a replayed timeline's
     objective in ticks; ``on_improvement`` is given each better schedule as it is found. Returns
@@ -206,7 +202,7 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
 
     for position, slide in enumerate(neighbourhoods()):
         left = deadline - time.monotonic() - REPLAY_MARGIN_S
-        if left < 0.1 or value <= math.ceil(target - TARGET_NOISE) or should_stop():
+        if left < 0.1 or value <= cpsat.whole_ticks(target) or should_stop():
             break
         if slide is None:  # a tail window of the incumbent as it is now
             end = int(round(max(timeline.end)))

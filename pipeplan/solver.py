@@ -596,7 +596,7 @@ def solve(
         """The largest bound proven so far, in the config's unit. With exact ticks every schedule's objective is
         a whole number of ticks, so a bound between two whole numbers proves the next one up (a closed form of
         9000.999996 ticks proves 9001)."""
-        return (_whole_ticks(bound_ticks) if exact else bound_ticks) / time_scale
+        return (cpsat.whole_ticks(bound_ticks) if exact else bound_ticks) / time_scale
 
     tell(best.objective, bound())
     skip = _reason_not_to_search(problem, best, bound(), deadline, stop)
@@ -882,17 +882,6 @@ def _check_budget(problem: Problem) -> None:
 def _analytic_bound(ticked: Problem, objective: str) -> float:
     """The proven lower bound of ``objective`` on the ticked problem (in ticks)."""
     return stage_span_lower_bound(ticked) if objective == "stage_span" else makespan_lower_bound(ticked)
-
-
-# Below this many ticks above a whole number a bound is taken as float noise on that number, not as proving the
-# next one (see _whole_ticks).
-_TICK_NOISE = 1e-6
-
-
-def _whole_ticks(ticks: float) -> float:
-    """The least whole number of ticks at least ``ticks``, less :data:`_TICK_NOISE` (so that a bound computed a
-    hair above a whole number, by float rounding, is not pushed up past it)."""
-    return float(math.ceil(ticks - _TICK_NOISE))
 
 
 def _horizon(ticked: Problem, warm_start: Schedule, objective: str) -> int:

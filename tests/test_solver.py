@@ -27,6 +27,7 @@ from pipeplan import (
     Schedule,
     Timeline,
     compute_metrics,
+    cpsat,
     lattice,
     load_config,
     simulate,
@@ -445,7 +446,7 @@ def test_a_bound_between_whole_ticks_proves_the_next_one_up() -> None:
     assert result.lower_bound == 17.945
     check_result(problem, result, "makespan")
     # A hair above a whole number is float noise on it, not a proof of the next one.
-    assert [solver_module._whole_ticks(t) for t in (9001.0, 9001.0 + 1e-9, 9000.2, 9000.999996)] == [9001.0] * 4
+    assert [cpsat.whole_ticks(t) for t in (9001.0, 9001.0 + 1e-9, 9000.2, 9000.999996)] == [9001.0] * 4
 
 
 def test_hints_are_warm_starts_and_unfit_ones_are_skipped() -> None:
