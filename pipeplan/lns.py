@@ -197,24 +197,23 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
     held = placed(base, timeline)
     tried = improved = 0
 
-    def neighbourhoods() -> Iterator[Neighbourhood | None]:
-        """None for each tail window, then the sliding windows over the incumbent as it is once the tails are
-        done (a tail may have shortened it)."""
-        yield from (None for _ in TAIL_WIDTHS)
-        yield from windows(int(round(max(timeline.end))), seed)
+    def neighbourhoods() -> Iterator[tuple[Neighbourhood, float, float]]:
+        """Each window with the most seconds it may take and the most of the time left: the tails, then the
+        sliding windows. Lazy, so each is cut from the incumbent as it is when its turn comes (a tail may have
+        shortened it)."""
+        for width in TAIL_WIDTHS:
+            end = int(round(max(timeline.end)))
+            yield Neighbourhood(int(end * (1 - width)), end), TAIL_S, TAIL_SHARE
+        for window in windows(int(round(max(timeline.end))), seed):
+            yield window, SUB_SOLVE_S, 1.0
 
-    for position, slide in enumerate(neighbourhoods()):
+    for window, seconds, share in neighbourhoods():
         left = deadline - time.monotonic() - REPLAY_MARGIN_S
         if left < 0.1 or value <= cpsat.whole_ticks(target) or should_stop():
             break
-        if slide is None:  # a tail window of the incumbent as it is now
-            end = int(round(max(timeline.end)))
-            window, limit = Neighbourhood(int(end * (1 - TAIL_WIDTHS[position])), end), min(TAIL_S, TAIL_SHARE * left)
-        else:
-            window, limit = slide, min(SUB_SOLVE_S, left)
         model = _restrict(base, held, window, int(round(value)) - 1)
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = limit
+        solver.parameters.max_time_in_seconds = min(seconds, share * left)
         solver.parameters.num_workers = num_workers
         solver.parameters.random_seed = seed + tried
         _without_linear_relaxation(solver)
