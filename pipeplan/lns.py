@@ -201,10 +201,12 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
         """Each window with the most seconds it may take and the most of the time left: the tails, then the
         sliding windows. Lazy, so each is cut from the incumbent as it is when its turn comes (a tail may have
         shortened it)."""
+        def end() -> int:
+            return int(round(max(timeline.end)))
+
         for width in TAIL_WIDTHS:
-            end = int(round(max(timeline.end)))
-            yield Neighbourhood(int(end * (1 - width)), end), TAIL_S, TAIL_SHARE
-        for window in windows(int(round(max(timeline.end))), seed):
+            yield Neighbourhood(int(end() * (1 - width)), end()), TAIL_S, TAIL_SHARE
+        for window in windows(end(), seed):
             yield window, SUB_SOLVE_S, 1.0
 
     for window, seconds, share in neighbourhoods():
