@@ -118,6 +118,44 @@ def test_png_export_passes_the_browser_to_kaleido_and_leaves_the_environment_alo
     assert calls[-1]["kopts"] == {"mathjax": False, "path": "/opt/chrome/chrome"}
 
 
+class FlakyPage(Exception):
+    """Stands in for kaleido's JavascriptError when its page script has not loaded yet."""
+
+
+def test_png_export_tries_again_after_a_failure_and_gives_up_after_the_last_try(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import kaleido
+
+    failures = [FlakyPage("ReferenceError: kaleido_scopes is not defined")]
+    tries: list[int] = []
+
+    def calc_fig_sync(fig: object, opts: dict[str, object], kopts: dict[str, object]) -> bytes:
+        tries.append(1)
+        if failures:
+            raise failures.pop()
+        return b"\x89PNG\r\n\x1a\n"
+
+    monkeypatch.setattr(kaleido, "calc_fig_sync", calc_fig_sync)
+    fig = gantt(simulate(SPLIT, generate("1f1b", SPLIT)))
+    with caplog.at_level(logging.INFO, logger="pipeplan.report.figures"):
+        written = save(fig, tmp_path / "once" / "gantt")
+    assert written == [tmp_path / "once" / "gantt.html", tmp_path / "once" / "gantt.png"]
+    assert len(tries) == 2
+    assert [r.levelno for r in caplog.records] == [logging.INFO]  # a retry that worked is no warning
+
+    failures.extend(FlakyPage("ReferenceError: kaleido_scopes is not defined") for _ in range(figures.PNG_ATTEMPTS))
+    tries.clear()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pipeplan.report.figures"):
+        written = save(fig, tmp_path / "never" / "gantt")
+    assert written == [tmp_path / "never" / "gantt.html"]
+    assert len(tries) == figures.PNG_ATTEMPTS
+    assert sorted(p.name for p in (tmp_path / "never").iterdir()) == ["gantt.html"]
+    (message,) = [record.getMessage() for record in caplog.records]
+    assert message.startswith("PNG export of gantt.png failed (FlakyPage: ReferenceError: kaleido_scopes")
+
+
 @pytest.mark.skipif(figures.browser_path() is None, reason="no Chromium (apt-get install chromium)")
 def test_png_export_draws_the_figure(tmp_path: Path) -> None:
     fig = gantt(simulate(SPLIT, generate("1f1b", SPLIT)))

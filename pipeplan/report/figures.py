@@ -316,6 +316,27 @@ def write_png(fig: go.Figure, path: Path) -> None:
     path.write_bytes(kaleido.calc_fig_sync(fig, opts=options, kopts=kaleido_options))
 
 
+PNG_ATTEMPTS = 3
+"""How often a PNG export is tried before giving up. On a loaded machine kaleido now and then calls into its page
+before the page's script has loaded (``ReferenceError: kaleido_scopes is not defined``); a second try in a fresh
+browser succeeds."""
+
+
+def _write_png_retrying(fig: go.Figure, path: Path) -> None:
+    """:func:`write_png`, tried up to :data:`PNG_ATTEMPTS` times; a missing browser or package is not retried."""
+    for attempt in range(1, PNG_ATTEMPTS + 1):
+        try:
+            write_png(fig, path)
+            return
+        except ImportError:  # kaleido not installed
+            raise
+        except Exception as exc:
+            if type(exc).__name__ == "ChromeNotFoundError" or attempt == PNG_ATTEMPTS:
+                raise
+            log.info("PNG export of %s failed on try %d of %d (%s); trying again", path.name, attempt,
+                     PNG_ATTEMPTS, type(exc).__name__)
+
+
 def save(
     fig: go.Figure, path: str | os.PathLike[str], png: bool = True, self_contained: bool = True
 ) -> list[Path]:
@@ -336,7 +357,7 @@ def save(
     image = target.with_suffix(".png")
     # Files are named without their folder: it may be a temporary one that is renamed when the result is done.
     try:
-        write_png(fig, image)
+        _write_png_retrying(fig, image)
     except Exception as exc:  # kaleido raises several kinds (no browser, timeout, missing package)
         image.unlink(missing_ok=True)
         if type(exc).__name__ == "ChromeNotFoundError":
