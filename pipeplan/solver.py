@@ -72,6 +72,13 @@ MAX_MODEL_OPS = 100_000
 # prove its answer optimal, a neighbourhood search around its best schedule (:mod:`pipeplan.lns`) runs for the
 # rest. With few workers CP-SAT runs no neighbourhood search of its own and creeps where memory binds.
 SEARCH_SHARE = 0.5
+# On models of more than LARGE_MODEL_OPS ops (P = 16 with two chunks or N = 4P, and P = 32) the whole-model
+# search gets LARGE_SEARCH_SHARE instead. There its presolve alone takes seconds (6.2 s of a 25 s share on P=16,
+# N=32, loop, budget 11) and it gains little (on four of five such rows 0.06 or less in 25 s), while the
+# bounds and the neighbourhood search after it gain more from the time. Below that size it keeps half: on P=8,
+# N=16, one chunk, budget 3 it improves steadily and proves its optimum, and a seventh of the time stops it short.
+LARGE_MODEL_OPS = 2_000
+LARGE_SEARCH_SHARE = 0.15
 
 # Near-equal schedules of different shapes leave different room for the neighbourhood search (a repeated
 # steady-state pattern leaves little): when the best warm start whose orders differ from the incumbent's and
@@ -616,7 +623,7 @@ def solve(
     model = _Model(ticked, settings.objective, _horizon(ticked, best.schedule, settings.objective))
     model.add_lower_bound(bound_ticks)
     model.add_hint(simulate(ticked, best.schedule))
-    solver = _solver(settings, _search_deadline(deadline))
+    solver = _solver(settings, _search_deadline(deadline, len(model.tasks)))
     if progress is not None:
         solver.best_bound_callback = lambda ticks: tell(None, ticks / time_scale)
     status = _run_search(solver, model.model,
@@ -751,11 +758,13 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     return best if best > math.ceil(floor_ticks - _EPS) else 0.0
 
 
-def _search_deadline(deadline: float) -> float:
-    """When the whole-model search ends: after :data:`SEARCH_SHARE` of the time left, so that the
-    neighbourhood search (:mod:`pipeplan.lns`) has the rest when the first does not prove its answer."""
+def _search_deadline(deadline: float, num_ops: int) -> float:
+    """When the whole-model search of a model of ``num_ops`` ops ends: after :data:`SEARCH_SHARE` of the time
+    left (:data:`LARGE_SEARCH_SHARE` above :data:`LARGE_MODEL_OPS` ops), so that the neighbourhood search
+    (:mod:`pipeplan.lns`) has the rest when the first does not prove its answer."""
     now = time.monotonic()
-    return now + SEARCH_SHARE * max(0.0, deadline - now)
+    share = LARGE_SEARCH_SHARE if num_ops > LARGE_MODEL_OPS else SEARCH_SHARE
+    return now + share * max(0.0, deadline - now)
 
 
 def _search_around(problem: Problem, model: _Model, incumbent: Schedule, value: float, rival: Schedule | None,

@@ -594,3 +594,14 @@ def test_settings_outside_cp_sat_ranges_are_config_errors() -> None:
         solve(problem, num_workers=100_000)
     with pytest.raises(ConfigError, match="solver.random_seed must be a whole number from 0 to 2147483647"):
         solve(problem, random_seed=2**31)
+
+
+def test_large_models_give_the_whole_model_search_a_smaller_share() -> None:
+    deadline = time.monotonic() + 100.0
+    small = solver_module._search_deadline(deadline, solver_module.LARGE_MODEL_OPS)
+    large = solver_module._search_deadline(deadline, solver_module.LARGE_MODEL_OPS + 1)
+    now = time.monotonic()
+    assert small - now == pytest.approx(100.0 * solver_module.SEARCH_SHARE, abs=1.0)
+    assert large - now == pytest.approx(100.0 * solver_module.LARGE_SEARCH_SHARE, abs=1.0)
+    assert large < small
+    assert solver_module._search_deadline(now - 1.0, 10) == pytest.approx(time.monotonic(), abs=1.0)  # past due
