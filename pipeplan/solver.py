@@ -4,7 +4,8 @@ The model is built in a fixed order, one function a step: data (integer ticks), 
 schedule and the greedy list schedulers, replayed), variables (one fixed-size interval per op), constraints
 (precedence, no overlap per device, the activation budget as a cumulative, symmetry breaking, lower bounds),
 objective, solve, read back. The whole-model search gets half of the time left after the warm starts
-(:data:`SEARCH_SHARE`); when it does not prove its answer optimal, the fluid bound of :mod:`pipeplan.fluid_bound`
+(:data:`SEARCH_SHARE`; :data:`LARGE_SEARCH_SHARE` on models of more than :data:`LARGE_MODEL_OPS` ops); when it
+does not prove its answer optimal, the fluid bound of :mod:`pipeplan.fluid_bound`
 (:data:`FLUID_SHARE` of the time then left) and the device relaxations of :mod:`pipeplan.device_bound`
 (:data:`DEVICE_SHARE` of the time left before the fluid bound) may raise the proven bound, and a
 large-neighbourhood search around the best schedule so far (:mod:`pipeplan.lns`) uses the rest. The schedule read
