@@ -242,8 +242,12 @@ def optimizer_notes(result: SolveResult) -> list[str]:
     nothing, and why a tiny gap is not a proof."""
     notes = []
     if result.search.startswith(("skipped", "stopped")) or result.search == "UNKNOWN":
-        what = "no schedule found in time" if result.search == "UNKNOWN" else result.search
-        notes.append(f"search: {what}; the answer is the best warm start ({result.source})")
+        what = "the whole-model search found no schedule in time" if result.search == "UNKNOWN" else result.search
+        if result.source == "lns":  # the neighbourhood search ran after it and improved a warm start
+            notes.append(f"search: {what}; the answer is the neighbourhood search's, from the best warm start "
+                         f"({result.best_heuristic})")
+        else:
+            notes.append(f"search: {what}; the answer is the best warm start ({result.source})")
     if result.status != "OPTIMAL" and not result.exact_ticks:
         notes.append("costs or memory are not whole at 1e-6 of their unit, so CP-SAT solved a rounded-down "
                      "relaxation: its bound can sit a hair below the optimum, and a gap that small does not mean "

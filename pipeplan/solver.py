@@ -7,7 +7,8 @@ objective, solve, read back. The whole-model search gets half of the time left a
 (:data:`SEARCH_SHARE`; :data:`LARGE_SEARCH_SHARE` on models of more than :data:`LARGE_MODEL_OPS` ops); when it
 does not prove its answer optimal, the fluid bound of :mod:`pipeplan.fluid_bound`
 (:data:`FLUID_SHARE` of the time then left) and the device relaxations of :mod:`pipeplan.device_bound`
-(:data:`DEVICE_SHARE` of the time left before the fluid bound) may raise the proven bound, and a
+(:data:`DEVICE_SHARE` of the time left before the fluid bound; none on two or more chunks in loop placement
+from :data:`LOOP_SKIP_RELAXATION_P` devices up) may raise the proven bound, and a
 large-neighbourhood search around the best schedule so far (:mod:`pipeplan.lns`) uses the rest. The schedule read
 back is only an order per device; the simulator replays it in the problem's exact units and that replay is
 the result, so every number a user sees comes from one place.
@@ -113,6 +114,14 @@ DEVICE_TRIES = 2
 # Below this many seconds for the relaxations they seldom prove anything, and short solves (a frontier at 2 s per
 # budget) lose more in the neighbourhood search than they gain: the relaxations are skipped.
 DEVICE_MIN_S = 2.0
+# Nor do they run on two or more chunks in loop placement from this many devices up: there a device holds a
+# chunk's activations through a round trip over every other device, which its relaxation sees only as chains,
+# and the fluid bound and the window bound prove what it would. On the memory wall's six such rows at P=16 (N=32
+# and 64; budgets 6, 11 and 16; 60 s) each relaxation ended after 18-22 s at the bound it started from, and with
+# that time for the neighbourhood search all six answers came out better (N=32, budget 6: 164.76 -> 162.64). In V
+# placement and on one chunk they do prove more (P=16, N=64, V, budget 6: 211.03 -> 214.05; one chunk, budget 11:
+# 215.90 -> 220.40), and at P=8 in loop placement too (N=16, budget 3: the row's best bound, 78.71).
+LOOP_SKIP_RELAXATION_P = 16
 
 
 class StopRequest:
@@ -654,7 +663,7 @@ def solve(
     # The device relaxations' time, fixed before the fluid bound runs: its time comes out of the neighbourhood
     # search's, and the relaxations keep what they would have had without it (on one chunk they prove more than it
     # does, given the time).
-    relaxation_s = DEVICE_SHARE * max(0.0, deadline - time.monotonic())
+    relaxation_s = DEVICE_SHARE * max(0.0, deadline - time.monotonic()) if _relaxations_pay(problem) else 0.0
     if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
         # Only now, as the device relaxations below, so that the problems the whole-model search proves at once
         # pay nothing for it.
@@ -703,6 +712,13 @@ def _fluid_bound(ticked: Problem, settings: SolverSettings, deadline: float, sto
         return floor_ticks
     return fluid_bound.lower_bound(ticked, settings.objective, floor_ticks, incumbent_ticks, until,
                                    should_stop=lambda: stop is not None and stop.requested)
+
+
+def _relaxations_pay(problem: Problem) -> bool:
+    """Whether the device relaxations get time on ``problem``: not on two or more chunks in loop placement with
+    :data:`LOOP_SKIP_RELAXATION_P` devices or more, where they prove nothing the other bounds do not."""
+    return not (problem.num_chunks > 1 and problem.placement == "loop"
+                and problem.num_devices >= LOOP_SKIP_RELAXATION_P)
 
 
 def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None,

@@ -449,3 +449,22 @@ def test_costs_below_the_solver_resolution_simulate_but_solve_names_the_unit_fix
     assert code == USER_ERROR and stdout == "" and not (tmp_path / "out").exists()
     assert "the costs of stage 0 (forward 1e-300, backward 1e-300) are below the solver's resolution" in err
     assert "express times in a smaller unit" in err
+
+
+def test_optimizer_notes_say_where_the_answer_came_from_when_the_whole_model_search_found_nothing() -> None:
+    """On large models the whole-model search often ends before it has a schedule (UNKNOWN) and the neighbourhood
+    search after it improves the best warm start: the note must not call that answer a warm start."""
+    import dataclasses
+
+    from pipeplan import load_config, solve
+    from pipeplan.cli import optimizer_notes
+
+    result = solve(load_config(SEED).problem, time_limit_s=5, num_workers=2)
+    improved = dataclasses.replace(result, search="UNKNOWN", source="lns", best_heuristic="greedy-bfw")
+    assert [note for note in optimizer_notes(improved) if note.startswith("search:")] == [
+        "search: the whole-model search found no schedule in time; the answer is the neighbourhood search's, from "
+        "the best warm start (greedy-bfw)"]
+    warm = dataclasses.replace(result, search="UNKNOWN", source="zb-h1")
+    assert [note for note in optimizer_notes(warm) if note.startswith("search:")] == [
+        "search: the whole-model search found no schedule in time; the answer is the best warm start (zb-h1)"]
+    assert not [note for note in optimizer_notes(result) if note.startswith("search:")]  # "not needed: ..."

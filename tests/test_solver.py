@@ -605,3 +605,33 @@ def test_large_models_give_the_whole_model_search_a_smaller_share() -> None:
     assert large - now == pytest.approx(100.0 * solver_module.LARGE_SEARCH_SHARE, abs=1.0)
     assert large < small
     assert solver_module._search_deadline(now - 1.0, 10) == pytest.approx(time.monotonic(), abs=1.0)  # past due
+
+
+@pytest.mark.parametrize(("placement", "skip_from", "relaxed"), [
+    ("loop", 4, False),  # two chunks in loop placement on as many devices as the rule names: no relaxation
+    ("v", 4, True),      # V placement: the relaxations run
+    ("loop", 16, True),  # fewer devices than the rule names: they run
+])
+def test_device_relaxations_skip_two_chunks_in_loop_placement_on_many_devices(
+        monkeypatch: pytest.MonkeyPatch, placement: str, skip_from: int, relaxed: bool) -> None:
+    """P=4, N=8, two chunks, 2 activations: the whole-model search does not prove it within a few seconds, so the
+    device relaxations get their share (any share, DEVICE_MIN_S set to 0) unless the layout rule skips them. The
+    rule's threshold is lowered to P=4 so that a small problem shows it; the answer stays valid either way."""
+    from pipeplan import device_bound
+
+    calls: list[int] = []
+    real = device_bound.relaxation
+
+    def recorded(problem: Problem, device: int, *args: Any, **kwargs: Any) -> device_bound.Relaxation:
+        calls.append(device)
+        return real(problem, device, *args, **kwargs)
+
+    monkeypatch.setattr(device_bound, "relaxation", recorded)
+    monkeypatch.setattr(solver_module, "DEVICE_MIN_S", 0.0)
+    monkeypatch.setattr(solver_module, "LOOP_SKIP_RELAXATION_P", skip_from)
+    problem = Problem.build(4, 8, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.03, activation=1.0,
+                            weight_activation=0.35, budget=2, num_chunks=2, placement=placement)
+    result = solve(problem, objective="makespan", time_limit_s=4, num_workers=2)
+    check_result(problem, result, "makespan")
+    assert result.status != OPTIMAL  # otherwise no bound phase runs and the test shows nothing
+    assert bool(calls) == relaxed
