@@ -242,10 +242,15 @@ def optimizer_notes(result: SolveResult) -> list[str]:
     nothing, and why a tiny gap is not a proof."""
     notes = []
     if result.search.startswith(("skipped", "stopped")) or result.search == "UNKNOWN":
-        what = "the whole-model search found no schedule in time" if result.search == "UNKNOWN" else result.search
-        if result.source == "lns":  # the neighbourhood search ran after it and improved a warm start
-            notes.append(f"search: {what}; the answer is the neighbourhood search's, from the best warm start "
-                         f"({result.best_heuristic})")
+        if result.search != "UNKNOWN":
+            what = result.search
+        elif result.interrupted:
+            what = "the whole-model search was stopped before it found a schedule"
+        else:
+            what = "the whole-model search found no schedule in time"
+        if result.source == "lns":  # the neighbourhood search ran after it and improved on the warm starts
+            notes.append(f"search: {what}; the answer is the neighbourhood search's, which improved on the warm "
+                         "starts")
         else:
             notes.append(f"search: {what}; the answer is the best warm start ({result.source})")
     if result.status != "OPTIMAL" and not result.exact_ticks:

@@ -74,11 +74,11 @@ MAX_MODEL_OPS = 100_000
 # prove its answer optimal, a neighbourhood search around its best schedule (:mod:`pipeplan.lns`) runs for the
 # rest. With few workers CP-SAT runs no neighbourhood search of its own and creeps where memory binds.
 SEARCH_SHARE = 0.5
-# On models of more than LARGE_MODEL_OPS ops (P = 16 with two chunks or N = 4P, and P = 32) the whole-model
+# On models of more than LARGE_MODEL_OPS ops (P = 16 with two chunks or N = 64, and P = 32) the whole-model
 # search gets LARGE_SEARCH_SHARE instead. There its presolve alone takes seconds (6.2 s of a 25 s share on P=16,
 # N=32, loop, budget 11) and it gains little (on four of five such rows 0.06 or less in 25 s), while the
 # bounds and the neighbourhood search after it gain more from the time. Below that size it keeps half: on P=8,
-# N=16, one chunk, budget 3 it improves steadily and proves its optimum, and a seventh of the time stops it short.
+# N=16, one chunk, budget 3 it improves steadily and proves its optimum, and a share of 0.15 stops it short.
 LARGE_MODEL_OPS = 2_000
 LARGE_SEARCH_SHARE = 0.15
 
@@ -177,8 +177,9 @@ class SolveResult:
 
     ``schedule``, ``timeline`` and ``metrics`` are the replay of the solver's per-device orders (named
     "optimal"); ``objective`` is that replay's makespan or stage span. ``lower_bound`` is proven: no schedule
-    within the budget does better. ``source`` says where the returned order came from: "cp-sat", or the name
-    of a warm start that the solver did not improve on within its time.
+    within the budget does better. ``source`` says where the returned order came from: "cp-sat" (the whole-model
+    search), "lns" (the neighbourhood search, from a warm start or CP-SAT's answer), or the name of a warm start
+    that neither improved on within the time.
     """
 
     status: str
@@ -663,7 +664,7 @@ def solve(
     # The device relaxations' time, fixed before the fluid bound runs: its time comes out of the neighbourhood
     # search's, and the relaxations keep what they would have had without it (on one chunk they prove more than it
     # does, given the time).
-    relaxation_s = DEVICE_SHARE * max(0.0, deadline - time.monotonic()) if _relaxations_pay(problem) else 0.0
+    relaxation_s = DEVICE_SHARE * max(0.0, deadline - time.monotonic())
     if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
         # Only now, as the device relaxations below, so that the problems the whole-model search proves at once
         # pay nothing for it.
@@ -672,7 +673,7 @@ def solve(
             log.info("fluid bound %s above the bound so far %s", fluid_ticks / time_scale, bound())
             bound_ticks = fluid_ticks
             tell(value, bound())
-    if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
+    if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS) and _relaxations_pay(problem):
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
         proved = (lambda ticks: tell(None, ticks / time_scale)) if progress is not None else None
         device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale,

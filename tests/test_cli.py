@@ -460,11 +460,15 @@ def test_optimizer_notes_say_where_the_answer_came_from_when_the_whole_model_sea
     from pipeplan.cli import optimizer_notes
 
     result = solve(load_config(SEED).problem, time_limit_s=5, num_workers=2)
-    improved = dataclasses.replace(result, search="UNKNOWN", source="lns", best_heuristic="greedy-bfw")
+    improved = dataclasses.replace(result, search="UNKNOWN", source="lns")
     assert [note for note in optimizer_notes(improved) if note.startswith("search:")] == [
-        "search: the whole-model search found no schedule in time; the answer is the neighbourhood search's, from "
-        "the best warm start (greedy-bfw)"]
+        "search: the whole-model search found no schedule in time; the answer is the neighbourhood search's, which "
+        "improved on the warm starts"]
     warm = dataclasses.replace(result, search="UNKNOWN", source="zb-h1")
     assert [note for note in optimizer_notes(warm) if note.startswith("search:")] == [
         "search: the whole-model search found no schedule in time; the answer is the best warm start (zb-h1)"]
+    stopped = dataclasses.replace(result, search="UNKNOWN", source="zb-h1", interrupted=True)
+    assert [note for note in optimizer_notes(stopped) if note.startswith("search:")] == [
+        "search: the whole-model search was stopped before it found a schedule; the answer is the best warm start "
+        "(zb-h1)"]
     assert not [note for note in optimizer_notes(result) if note.startswith("search:")]  # "not needed: ..."

@@ -155,6 +155,12 @@ def test_png_export_tries_again_after_a_failure_and_gives_up_after_the_last_try(
     (message,) = [record.getMessage() for record in caplog.records]
     assert message.startswith("PNG export of gantt.png failed (FlakyPage: ReferenceError: kaleido_scopes")
 
+    # A timeout has already waited kaleido's whole limit: no second try.
+    failures.extend(TimeoutError() for _ in range(figures.PNG_ATTEMPTS))
+    tries.clear()
+    assert save(fig, tmp_path / "slow" / "gantt") == [tmp_path / "slow" / "gantt.html"]
+    assert len(tries) == 1
+
 
 @pytest.mark.skipif(figures.browser_path() is None, reason="no Chromium (apt-get install chromium)")
 def test_png_export_draws_the_figure(tmp_path: Path) -> None:

@@ -323,12 +323,13 @@ browser succeeds."""
 
 
 def _write_png_retrying(fig: go.Figure, path: Path) -> None:
-    """:func:`write_png`, tried up to :data:`PNG_ATTEMPTS` times; a missing browser or package is not retried."""
+    """:func:`write_png`, tried up to :data:`PNG_ATTEMPTS` times; a missing browser or package is not retried, nor
+    a timeout (kaleido waits 90 s for a figure: a hanging browser would hold the command for minutes)."""
     for attempt in range(1, PNG_ATTEMPTS + 1):
         try:
             write_png(fig, path)
             return
-        except ImportError:  # kaleido not installed
+        except (ImportError, TimeoutError):  # kaleido not installed; kaleido gave up waiting for its page
             raise
         except Exception as exc:
             if type(exc).__name__ == "ChromeNotFoundError" or attempt == PNG_ATTEMPTS:
