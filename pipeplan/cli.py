@@ -557,7 +557,7 @@ class _SweepPlace:
         self.stack = contextlib.ExitStack()
         self.store: Any = None
         self.executor: Any = None
-        self.created_out = False
+        self.created: Path | None = None  # the first folder of --out's path that this run created
 
     def __enter__(self) -> _SweepPlace:
         from pipeplan.executors import make_executor
@@ -566,8 +566,10 @@ class _SweepPlace:
         try:
             if self.store_path is not None:
                 if self.in_out and self.out is not None and not self.out.exists():
+                    self.created = self.out
+                    while not self.created.parent.exists():
+                        self.created = self.created.parent
                     self.out.mkdir(parents=True)
-                    self.created_out = True
                     self.force = True  # the folder now holds only the store: the result replaces it
                 self.store = self.stack.enter_context(Store(self.store_path))
             self.executor = self.stack.enter_context(make_executor(self.jobs, self.ray_address))
@@ -578,10 +580,11 @@ class _SweepPlace:
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         self.stack.close()
-        if (kind is not None and issubclass(kind, PipeplanError) and self.created_out and self.out is not None
-                and is_unfinished_sweep(self.out)):
-            # Bad input found during the run (e.g. nothing fits): leave no folder behind, as for any bad input.
-            shutil.rmtree(self.out, ignore_errors=True)
+        if (kind is not None and issubclass(kind, PipeplanError) and self.created is not None
+                and self.out is not None and is_unfinished_sweep(self.out)):
+            # Bad input found during the run (e.g. nothing fits): leave no folder behind, as for any bad input,
+            # nor the parents of --out this run created.
+            shutil.rmtree(self.created, ignore_errors=True)
 
     def add_store_copy(self, folder: Path) -> None:
         """Put a copy of the store in the result folder being written, when the store lives in --out."""

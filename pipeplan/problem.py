@@ -299,6 +299,15 @@ class Problem:
             for d, limit in enumerate(self.budget):
                 _check_value("memory.budget", limit)
                 need = max(self.activation[s] for s in self.stages_on_device(d))
+                if limit < need * (1 - 1e-12) and self.num_chunks > 1:
+                    # The least budget that admits a schedule is one microbatch on all the device's chunks: say
+                    # that one, so that the fix suggested is enough.
+                    raise ConfigError(
+                        f"memory.budget ({limit:g}) on device {d} is below one chunk's activation ({need:g}, "
+                        f"memory.activation split over its {self.num_chunks} chunks): no forward could ever run; "
+                        f"raise memory.budget to at least {self.footprint(d):g}, what one microbatch holds on "
+                        "the device across its chunks"
+                    )
                 if limit < need * (1 - 1e-12):
                     raise ConfigError(
                         f"memory.budget ({limit:g}) on device {d} is below one activation ({need:g}): "

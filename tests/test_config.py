@@ -207,3 +207,18 @@ def test_a_file_over_the_size_limit_is_not_parsed(tmp_path: Path) -> None:
 def test_a_huge_whole_number_is_named_by_its_size() -> None:
     with pytest.raises(ConfigError, match="pipeline.num_stages must be >= 1, got a whole number with about 400 digits"):
         config_from_dict({"pipeline": {"num_stages": -(10**400), "num_microbatches": 2}})
+
+
+def test_a_budget_below_one_chunk_names_the_least_budget_that_admits_a_schedule() -> None:
+    """With chunks, one forward needs only its chunk's share of the activation, but no schedule fits below one
+    microbatch on all the device's chunks: the message asks for that, so the fix it suggests is enough."""
+    from pipeplan import solve
+
+    fields = dict(num_stages=4, num_microbatches=8, forward=1.0, backward=1.0, backward_weight=0.5, activation=1.0,
+                  weight_activation=0.35, num_chunks=2, placement="loop")
+    with pytest.raises(ConfigError, match=r"memory.budget \(0.3\) on device 0 is below one chunk's activation \(0.5, "
+                                          r"memory.activation split over its 2 chunks\): no forward could ever run; "
+                                          r"raise memory.budget to at least 1, "):
+        Problem.build(**fields, budget=0.3)
+    result = solve(Problem.build(**fields, budget=1.0), time_limit_s=2, num_workers=1)
+    assert result.metrics.feasible and result.metrics.peak_memory <= 1.0 + 1e-9

@@ -170,13 +170,16 @@ def test_frontier_command_writes_csv_and_a_self_contained_plot(
     assert [p.name for p in tmp_path.iterdir()] == ["sweep"]
 
 
-def test_frontier_command_with_no_workable_budget_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    out = tmp_path / "sweep"
+@pytest.mark.parametrize("folder", ["sweep", "new/parents/sweep"])
+def test_frontier_command_with_no_workable_budget_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                          folder: str) -> None:
+    """Nothing is left behind: neither --out nor the parents of it that the run created."""
+    out = tmp_path / folder
     code = main(["frontier", str(TINY_CONFIG), "--budgets", "0.25:0.75:0.25", "--out", str(out), "--quiet"])
     err = capsys.readouterr().err
     assert code == USER_ERROR
     assert "no budget from 0.25 to 0.75 admits a schedule; the smallest that does is 1" in err
-    assert "Traceback" not in err and not out.exists()
+    assert "Traceback" not in err and list(tmp_path.iterdir()) == []
 
 
 def test_frontier_ignores_a_budget_in_the_config_that_admits_nothing(tmp_path: Path,
