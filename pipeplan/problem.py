@@ -258,10 +258,13 @@ class Problem:
                 f"costs.backward_weight must be > 0 on every stage or 0 on every stage, got {list(weights)}; "
                 "0 means the backward is not split into B and W"
             )
+        # With chunks the values here are per model stage: a number in the config was split over a device's chunks.
+        split = f" (per chunk: a device's values are split over its {self.num_chunks} chunks)" if self.num_chunks > 1 \
+            else ""
         for s, (act, wact) in enumerate(zip(self.activation, self.weight_activation)):
             if wact > act * (1 + 1e-12):
                 raise ConfigError(
-                    f"memory.weight_activation ({wact:g}) is above memory.activation ({act:g}) on stage {s}; "
+                    f"memory.weight_activation ({wact:g}) is above memory.activation ({act:g}) on stage {s}{split}; "
                     "it is the part of the activation kept until W, so it must be <= activation"
                 )
             if wact > 0 and not self.split_backward:

@@ -222,3 +222,14 @@ def test_a_budget_below_one_chunk_names_the_least_budget_that_admits_a_schedule(
         Problem.build(**fields, budget=0.3)
     result = solve(Problem.build(**fields, budget=1.0), time_limit_s=2, num_workers=1)
     assert result.metrics.feasible and result.metrics.peak_memory <= 1.0 + 1e-9
+
+
+def test_with_chunks_a_per_stage_message_says_its_values_are_per_chunk() -> None:
+    """A config's 1.5 and 1 become 0.75 and 0.5 per chunk with two chunks: the message says why it shows those."""
+    fields = dict(num_stages=4, num_microbatches=8, forward=1.0, backward=1.0, backward_weight=0.5, activation=1.0,
+                  weight_activation=1.5)
+    with pytest.raises(ConfigError, match=r"\(1.5\) is above memory.activation \(1\) on stage 0; "):
+        Problem.build(**fields)
+    with pytest.raises(ConfigError, match=r"\(0.75\) is above memory.activation \(0.5\) on stage 0 \(per chunk: a "
+                                          r"device's values are split over its 2 chunks\); "):
+        Problem.build(**fields, num_chunks=2)
