@@ -172,3 +172,26 @@ def test_property_valid_and_within_budget_when_feasible(problem: Problem) -> Non
     else:  # infeasible is reported exactly when some device goes over
         over = [peak > budget + 1e-9 for peak, budget in zip(metrics.peak_memory_per_device, problem.budget)]
         assert metrics.feasible == (not any(over))
+
+
+@pytest.mark.parametrize(("num_chunks", "placement"), [(2, "loop"), (3, "loop"), (2, "v")])
+@pytest.mark.parametrize("backward_weight", [0.5, 0.0])
+def test_a_one_chunk_schedule_skipped_for_chunks_names_the_chunked_ones_that_apply(
+        num_chunks: int, placement: str, backward_weight: float) -> None:
+    """The reason 1F1B gives for not running on chunks lists exactly the chunked schedules that do run on that
+    layout (or, when none does, every chunked schedule by placement)."""
+    from pipeplan.schedules import CHUNKED, generate_applicable
+
+    problem = Problem.build(4, 8, forward=1.0, backward=1.0, backward_weight=backward_weight, activation=1.0,
+                            weight_activation=0.35 if backward_weight else 0.0, num_chunks=num_chunks,
+                            placement=placement)
+    applicable, skipped = generate_applicable(problem)
+    chunked = [schedule.name for schedule in applicable if schedule.name in CHUNKED]
+    reason = skipped["1f1b"]
+    assert reason.startswith(f"1f1b runs one chunk per device (got num_chunks {num_chunks}); ")
+    if chunked:
+        verb = "applies" if len(chunked) == 1 else "apply"
+        assert reason.endswith(f"with this layout, {', '.join(chunked)} {verb}")
+    else:
+        assert reason.endswith("with chunks, interleaved-1f1b, interleaved-zb (loop placement); zb-v, dualpipe-v, "
+                               "v-half, v-min (V placement) apply")

@@ -8,6 +8,7 @@ simplicity used to break ties (GPipe is simpler than 1F1B, which is simpler than
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pipeplan.problem import ConfigError, Problem
 from pipeplan.schedule import NotApplicable, Schedule
@@ -29,24 +30,69 @@ def register(name: str) -> Callable[[Generator], Generator]:
     return wrap
 
 
-def require_chunks(problem: Problem, name: str, placement: str, exactly_two: bool, split_backward: bool) -> None:
-    """Raise :class:`NotApplicable` unless ``problem`` has the layout schedule ``name`` is built for: 2 chunks per
-    device (or at least 2 unless ``exactly_two``) in ``placement`` and, if ``split_backward``, a split backward.
-    The message says what the schedule needs, what the problem has, and which config keys to set."""
-    chunks_ok = problem.num_chunks == 2 if exactly_two else problem.num_chunks >= 2
-    fixes = [fix for fix, needed in (("pipeline.num_chunks: 2", not chunks_ok),
-                                     (f"pipeline.placement: {placement}", problem.placement != placement),
-                                     ("costs.backward_weight > 0", split_backward and not problem.split_backward))
-             if needed]
+@dataclass(frozen=True)
+class ChunkLayout:
+    """The layout a chunked schedule is built for: 2 chunks per device (or at least 2 unless ``exactly_two``) in
+    ``placement``, and a split backward if ``split_backward``."""
+
+    placement: str
+    exactly_two: bool
+    split_backward: bool
+
+
+# Every registered schedule that runs several chunks per device, with its layout.
+CHUNKED: dict[str, ChunkLayout] = {
+    "interleaved-1f1b": ChunkLayout("loop", exactly_two=False, split_backward=False),
+    "interleaved-zb": ChunkLayout("loop", exactly_two=False, split_backward=True),
+    "zb-v": ChunkLayout("v", exactly_two=True, split_backward=True),
+    "dualpipe-v": ChunkLayout("v", exactly_two=True, split_backward=True),
+    "v-half": ChunkLayout("v", exactly_two=True, split_backward=True),
+    "v-min": ChunkLayout("v", exactly_two=True, split_backward=True),
+}
+
+
+def _fixes(problem: Problem, layout: ChunkLayout) -> list[str]:
+    """The config settings ``problem`` lacks for ``layout`` (none when it has that layout)."""
+    chunks_ok = problem.num_chunks == 2 if layout.exactly_two else problem.num_chunks >= 2
+    return [fix for fix, needed in (("pipeline.num_chunks: 2", not chunks_ok),
+                                    (f"pipeline.placement: {layout.placement}", problem.placement != layout.placement),
+                                    ("costs.backward_weight > 0", layout.split_backward and not problem.split_backward))
+            if needed]
+
+
+def _where(placement: str) -> str:
+    return "V placement" if placement == "v" else f"{placement} placement"
+
+
+def require_chunks(problem: Problem, name: str) -> None:
+    """Raise :class:`NotApplicable` unless ``problem`` has the layout of :data:`CHUNKED` that schedule ``name`` is
+    built for. The message says what the schedule needs, what the problem has, and which config keys to set."""
+    layout = CHUNKED[name]
+    fixes = _fixes(problem, layout)
     if not fixes:
         return
-    where = "V placement" if placement == "v" else f"{placement} placement"
-    needs = f"num_chunks {'2' if exactly_two else '>= 2'} in {where}" + (" and a split backward" if split_backward
-                                                                         else "")
+    needs = (f"num_chunks {'2' if layout.exactly_two else '>= 2'} in {_where(layout.placement)}"
+             + (" and a split backward" if layout.split_backward else ""))
     got = f"num_chunks {problem.num_chunks}, placement {problem.placement!r}"
-    if split_backward:
+    if layout.split_backward:
         got += f", {'split' if problem.split_backward else 'unsplit'} backward"
     raise NotApplicable(f"{name} needs {needs} (got {got}); set " + ", ".join(fixes))
+
+
+def require_one_chunk(problem: Problem, name: str) -> None:
+    """Raise :class:`NotApplicable` when ``problem`` has several chunks per device, naming the chunked schedules
+    that apply to its layout (or, when none does, each placement's)."""
+    if problem.num_chunks == 1:
+        return
+    fitting = [other for other, layout in CHUNKED.items() if not _fixes(problem, layout)]
+    if fitting:
+        instead = f"with this layout, {', '.join(fitting)} {'applies' if len(fitting) == 1 else 'apply'}"
+    else:
+        placements = dict.fromkeys(layout.placement for layout in CHUNKED.values())
+        instead = "with chunks, " + "; ".join(
+            f"{', '.join(other for other, layout in CHUNKED.items() if layout.placement == placement)} "
+            f"({_where(placement)})" for placement in placements) + " apply"
+    raise NotApplicable(f"{name} runs one chunk per device (got num_chunks {problem.num_chunks}); {instead}")
 
 
 def names() -> list[str]:

@@ -196,7 +196,7 @@ class _Grid:
 
 def controllable_memory_schedule(problem: Problem, name: str, block: Block) -> Schedule:
     """The schedule built from ``block`` (see the module docstring): block, weight gradients, squeeze."""
-    require_chunks(problem, name, "v", exactly_two=True, split_backward=True)
+    require_chunks(problem, name)
     grid = _Grid(problem, block)
     grid.squeeze()
     return Schedule.from_lists(name, grid.orders())

@@ -111,5 +111,5 @@ def rank_order(problem: Problem, rank: int) -> list[Op]:
 @register("dualpipe-v")
 def dualpipe_v(problem: Problem) -> Schedule:
     """DualPipeV: two chunks per device in V placement, split backward."""
-    require_chunks(problem, "dualpipe-v", "v", exactly_two=True, split_backward=True)
+    require_chunks(problem, "dualpipe-v")
     return Schedule.from_lists("dualpipe-v", [rank_order(problem, r) for r in range(problem.num_devices)])

@@ -63,7 +63,7 @@ def warmup_counts(num_stages: int, num_microbatches: int, num_chunks: int) -> li
 @register("interleaved-1f1b")
 def interleaved_one_f_one_b(problem: Problem) -> Schedule:
     """Interleaved 1F1B over ``num_chunks`` >= 2 chunks per device in loop placement, for any N."""
-    require_chunks(problem, "interleaved-1f1b", "loop", exactly_two=False, split_backward=False)
+    require_chunks(problem, "interleaved-1f1b")
     p, v = problem.num_devices, problem.num_chunks
     table = chunk_table(p, problem.num_microbatches, v)
     total = len(table)

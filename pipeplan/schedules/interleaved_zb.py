@@ -48,7 +48,7 @@ def warmup_counts(num_stages: int, num_microbatches: int, num_chunks: int,
 @register("interleaved-zb")
 def interleaved_zero_bubble(problem: Problem) -> Schedule:
     """Interleaved zero bubble over ``num_chunks`` >= 2 chunks per device in loop placement (split backward)."""
-    require_chunks(problem, "interleaved-zb", "loop", exactly_two=False, split_backward=True)
+    require_chunks(problem, "interleaved-zb")
     p, n, v = problem.num_devices, problem.num_microbatches, problem.num_chunks
     return Schedule.from_lists("interleaved-zb", _orders(problem, chunk_table(p, n, v), None))
 

@@ -12,8 +12,8 @@ activations on rank 0 (:mod:`pipeplan.formulas`).
 from __future__ import annotations
 
 from pipeplan.problem import Op, OpKind, Problem
-from pipeplan.schedule import NotApplicable, Schedule
-from pipeplan.schedules import register
+from pipeplan.schedule import Schedule
+from pipeplan.schedules import register, require_one_chunk
 
 
 def warmup_counts(problem: Problem) -> list[int]:
@@ -37,11 +37,7 @@ def warmup_counts(problem: Problem) -> list[int]:
 @register("1f1b")
 def one_f_one_b(problem: Problem) -> Schedule:
     """1F1B with the warm-up of :func:`warmup_counts`; with a split backward each B is followed by its W."""
-    if problem.num_chunks != 1:
-        raise NotApplicable(
-            f"1f1b runs one chunk per device (got num_chunks {problem.num_chunks}); with chunks, interleaved-1f1b "
-            "(loop placement) and zb-v (V placement) apply"
-        )
+    require_one_chunk(problem, "1f1b")
     n = problem.num_microbatches
     orders: list[list[Op]] = []
     for rank, warmup in enumerate(warmup_counts(problem)):

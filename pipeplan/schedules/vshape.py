@@ -107,5 +107,5 @@ def rank_order(problem: Problem, rank: int) -> list[Op]:
 @register("zb-v")
 def zb_v(problem: Problem) -> Schedule:
     """ZB-V: two chunks per device in V placement, split backward; peak P activations, near-zero bubble."""
-    require_chunks(problem, "zb-v", "v", exactly_two=True, split_backward=True)
+    require_chunks(problem, "zb-v")
     return Schedule.from_lists("zb-v", [rank_order(problem, r) for r in range(problem.num_devices)])

@@ -25,7 +25,7 @@ from collections import deque
 
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.schedule import NotApplicable, Schedule
-from pipeplan.schedules import register
+from pipeplan.schedules import register, require_one_chunk
 
 
 def _check_applicable(problem: Problem, name: str) -> None:
@@ -33,11 +33,7 @@ def _check_applicable(problem: Problem, name: str) -> None:
         raise NotApplicable(
             f"{name} needs a split backward (B and W); set costs.backward_weight > 0"
         )
-    if problem.num_chunks != 1:
-        raise NotApplicable(
-            f"{name} runs one chunk per device (got num_chunks {problem.num_chunks}); with chunks, "
-            "interleaved-1f1b (loop placement) and zb-v (V placement) apply"
-        )
+    require_one_chunk(problem, name)
 
 
 def zero_bubble_schedule(problem: Problem, name: str, warmups: list[int], w_delays: list[int]) -> Schedule:
