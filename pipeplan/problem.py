@@ -258,11 +258,11 @@ class Problem:
                 f"costs.backward_weight must be > 0 on every stage or 0 on every stage, got {list(weights)}; "
                 "0 means the backward is not split into B and W"
             )
-        # With chunks the values here are per model stage: a number in the config was split over a device's chunks.
-        split = f" (per chunk: a device's values are split over its {self.num_chunks} chunks)" if self.num_chunks > 1 \
-            else ""
         for s, (act, wact) in enumerate(zip(self.activation, self.weight_activation)):
             if wact > act * (1 + 1e-12):
+                # With chunks the values are per model stage: a number in the config was split over the chunks.
+                split = f" (per chunk: a device's values are split over its {self.num_chunks} chunks)" \
+                    if self.num_chunks > 1 else ""
                 raise ConfigError(
                     f"memory.weight_activation ({wact:g}) is above memory.activation ({act:g}) on stage {s}{split}; "
                     "it is the part of the activation kept until W, so it must be <= activation"
@@ -302,7 +302,9 @@ class Problem:
             for d, limit in enumerate(self.budget):
                 _check_value("memory.budget", limit)
                 need = max(self.activation[s] for s in self.stages_on_device(d))
-                if limit < need * (1 - 1e-12) and self.num_chunks > 1:
+                if limit >= need * (1 - 1e-12):
+                    continue
+                if self.num_chunks > 1:
                     # The least budget that admits a schedule is one microbatch on all the device's chunks: say
                     # that one, so that the fix suggested is enough.
                     raise ConfigError(
@@ -311,11 +313,10 @@ class Problem:
                         f"raise memory.budget to at least {self.footprint(d):g}, what one microbatch holds on "
                         "the device across its chunks"
                     )
-                if limit < need * (1 - 1e-12):
-                    raise ConfigError(
-                        f"memory.budget ({limit:g}) on device {d} is below one activation ({need:g}): "
-                        "no forward could ever run; raise memory.budget to at least that"
-                    )
+                raise ConfigError(
+                    f"memory.budget ({limit:g}) on device {d} is below one activation ({need:g}): "
+                    "no forward could ever run; raise memory.budget to at least that"
+                )
 
     # Derived facts, computed once per problem (a frozen dataclass without slots keeps them in its __dict__).
 

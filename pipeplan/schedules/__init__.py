@@ -88,10 +88,11 @@ def require_one_chunk(problem: Problem, name: str) -> None:
     if fitting:
         instead = f"with this layout, {', '.join(fitting)} {'applies' if len(fitting) == 1 else 'apply'}"
     else:
-        placements = dict.fromkeys(layout.placement for layout in CHUNKED.values())
-        instead = "with chunks, " + "; ".join(
-            f"{', '.join(other for other, layout in CHUNKED.items() if layout.placement == placement)} "
-            f"({_where(placement)})" for placement in placements) + " apply"
+        by_placement: dict[str, list[str]] = {}
+        for other, layout in CHUNKED.items():
+            by_placement.setdefault(layout.placement, []).append(other)
+        instead = "with chunks, " + "; ".join(f"{', '.join(others)} ({_where(placement)})"
+                                              for placement, others in by_placement.items()) + " apply"
     raise NotApplicable(f"{name} runs one chunk per device (got num_chunks {problem.num_chunks}); {instead}")
 
 

@@ -290,7 +290,7 @@ def _run_named_task(job: tuple[Model, Hardware, Setup, str, bool]) -> TaskOutput
     except (NotApplicable, ConfigError) as exc:
         # The generators' hints name config keys and other schedules; sizing picks the backward and placement
         # itself and tries every schedule asked for.
-        reason = str(exc).split("; set ")[0].split("; with chunks")[0].split("; with this layout")[0]
+        reason = str(exc).split("; set ")[0].split("; with ")[0]
         return TaskOutput({**_setup_columns(setup), "schedule": name, "skipped": reason})
     timeline, metrics = run_named(sized, orders)
     row = _row(summarize(sized, setup, model, hardware, name, timeline, metrics, "", None))
