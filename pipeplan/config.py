@@ -107,6 +107,11 @@ MAX_CONFIG_BYTES = 1_000_000
 MAX_CONFIG_VALUES = 20_000
 MAX_CONFIG_DEPTH = 20
 
+# Where a message sends a user for a config's layout: the README section, which every copy of pipeplan has
+# (the example files under models/ exist only in a checkout of the repository).
+LAYOUT_HINT = ("the layout is in pipeplan's README, 'Config reference'; examples in the repository's models/, "
+               "e.g. models/seed-8x64.yaml")
+
 # YAML 1.2's floats: PyYAML follows YAML 1.1, which needs a dot and a signed exponent, so it reads 3e-2 and
 # 1e308 as text.
 _FLOAT_12 = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)(?:[eE][-+]?[0-9]+)?$")
@@ -248,10 +253,9 @@ def load_yaml(text: str) -> Any:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise ConfigError(f"YAML syntax error at {where}{shown(exc.problem, 200, quote=False)}; fix the file there "
-                          "(see models/seed-8x64.yaml for the layout)") from None
+                          f"({LAYOUT_HINT})") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"YAML error: {shown(exc, 200, quote=False)}; fix the file (see models/seed-8x64.yaml "
-                          "for the layout)") from None
+        raise ConfigError(f"YAML error: {shown(exc, 200, quote=False)}; fix the file ({LAYOUT_HINT})") from None
     except ConfigError:
         raise
     except ValueError as exc:  # e.g. Python's refusal to read a whole number of more than 4300 digits
@@ -287,5 +291,5 @@ def load_config(path: str | os.PathLike[str], ignore_budget: bool = False) -> Co
                           f"{exc.start} (line {line}) is not valid UTF-8; save the file as UTF-8") from None
     data = load_yaml(text)
     if data is None:
-        raise ConfigError("the config file is empty; start from models/seed-8x64.yaml")
+        raise ConfigError(f"the config file is empty; write a config there ({LAYOUT_HINT})")
     return config_from_dict(data, default_name=file.stem, ignore_budget=ignore_budget, base=file.parent)

@@ -12,7 +12,8 @@ CONFIGS = Path(__file__).parent / "configs"
 
 BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-missing-file.yaml", "does not exist"),  # deliberately not in tests/configs/
-    ("bad-yaml-syntax.yaml", "YAML syntax error at line 3, column 6: expected ',' or '}', but got ':'; fix the file"),
+    ("bad-yaml-syntax.yaml", "YAML syntax error at line 3, column 6: expected ',' or '}', but got ':'; fix the file "
+     "there (the layout is in pipeplan's README, 'Config reference'"),
     ("bad-wrong-type-count.yaml", "pipeline.num_stages must be a whole number >= 1, got 'eight'"),
     ("bad-wrong-type-cost.yaml", "costs.forward must be a finite number or a list of finite numbers, got 'fast'"),
     ("bad-fractional-count.yaml", "pipeline.num_microbatches must be a whole number >= 1, got 8.5"),
@@ -25,7 +26,7 @@ BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-list-length.yaml", "costs.forward has 3 values; give a single number or a list of 4 (one per device)"),
     ("bad-weight-activation.yaml", "memory.weight_activation (1.5) is above memory.activation (1)"),
     ("bad-budget-below-activation.yaml", "memory.budget (1.5) on device 0 is below one activation (2)"),
-    ("bad-empty.yaml", "the config file is empty"),
+    ("bad-empty.yaml", "the config file is empty; write a config there (the layout is in pipeplan's README"),
     ("bad-top-level-list.yaml", "the top level must be a mapping"),
     ("bad-unknown-top-key.yaml", "unknown top-level key 'cost'; valid keys: name, pipeline, costs"),
     ("bad-unknown-nested-key.yaml", "unknown key costs.backwards; valid keys in costs: forward, backward"),
