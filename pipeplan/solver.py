@@ -79,6 +79,7 @@ SEARCH_SHARE = 0.5
 # N=32, loop, budget 11) and it gains little (on four of five such rows 0.06 or less in 25 s), while the
 # bounds and the neighbourhood search after it gain more from the time. Below that size it keeps half: on P=8,
 # N=16, one chunk, budget 3 it improves steadily and proves its optimum, and a share of 0.15 stops it short.
+# On such models the neighbourhood search's tail windows also get longer (pipeplan.lns.LARGE_TAIL_S).
 LARGE_MODEL_OPS = 2_000
 LARGE_SEARCH_SHARE = 0.15
 
@@ -844,7 +845,14 @@ def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSe
         target=target,
         should_stop=lambda: stop is not None and stop.requested,
         on_improvement=on_improvement,
+        tail_s=_tail_seconds(len(model.tasks)),
     )
+
+
+def _tail_seconds(num_ops: int) -> float:
+    """The most seconds a tail window of the neighbourhood search may take on a model of ``num_ops`` ops:
+    :data:`pipeplan.lns.LARGE_TAIL_S` above :data:`LARGE_MODEL_OPS` ops, else :data:`pipeplan.lns.TAIL_S`."""
+    return lns.LARGE_TAIL_S if num_ops > LARGE_MODEL_OPS else lns.TAIL_S
 
 
 def _rival(candidates: Sequence[_Candidate], taken: Sequence[Schedule], value: float) -> Schedule | None:

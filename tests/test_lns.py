@@ -47,10 +47,18 @@ def test_windows_slide_from_the_end_over_the_whole_schedule_then_go_random() -> 
     assert all(0 <= w.begin < w.end <= makespan for w in first)
 
 
-def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first neighbourhoods free the incumbent's last TAIL_WIDTHS of time, each with up to TAIL_S seconds (and
-    at most TAIL_SHARE of the time left); each tail is taken of the incumbent as it is then (so after the first
-    improves it, the second ends at the new makespan); the sliding windows of 1 s follow."""
+@pytest.mark.parametrize("large", [False, True], ids=["small-model", "large-model"])
+def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(large: bool,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first neighbourhoods free the incumbent's last TAIL_WIDTHS of time, each with up to TAIL_S seconds
+    (LARGE_TAIL_S on a model of more than the solver's LARGE_MODEL_OPS ops; at most TAIL_SHARE of the time left
+    either way); each tail is taken of the incumbent as it is then (so after the first improves it, the second
+    ends at the new makespan); the sliding windows of 1 s follow."""
+    tail_s = lns.TAIL_S
+    if large:  # this model counted as large, with a tail limit below TAIL_SHARE of the 4 s, so that it shows
+        tail_s = 1.2
+        monkeypatch.setattr(pipeplan.solver, "LARGE_MODEL_OPS", 0)
+        monkeypatch.setattr(lns, "LARGE_TAIL_S", tail_s)
     problem = Problem.build(3, 6, forward=[1.0, 1.5, 1.0], backward=[1.5, 1.0, 2.0], backward_weight=0.5,
                             comm=0.25, weight_activation=0.5, budget=2)
     ticked, _, _ = tick_problem(problem)
@@ -77,10 +85,12 @@ def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(monkeypat
     assert len(seen) > len(lns.TAIL_WIDTHS)
     for (window, end), width, limit in zip(seen, lns.TAIL_WIDTHS, limits):
         assert (window.begin, window.end) == (int(end * (1 - width)), end)
-        assert limit <= lns.TAIL_S and limit <= lns.TAIL_SHARE * 4.0
+        assert limit <= tail_s and limit <= lns.TAIL_SHARE * 4.0
     assert seen[0][1] == round(max(simulate(ticked, poor).end))  # the first tail: of the incumbent handed over
     assert seen[1][1] < seen[0][1]  # the first tail improved one microbatch at a time; the second is of the result
     assert limits[0] > lns.SUB_SOLVE_S  # more than a sliding window's second
+    if large:
+        assert limits[0] == tail_s  # the large models' limit, below TAIL_SHARE of the time left
     assert all(limit <= lns.SUB_SOLVE_S for limit in limits[len(lns.TAIL_WIDTHS):])
     # The sliding windows are measured on the incumbent as the tails left it.
     first_slide, end = seen[len(lns.TAIL_WIDTHS)]
