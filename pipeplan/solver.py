@@ -782,7 +782,7 @@ def _search_deadline(deadline: float, num_ops: int) -> float:
     left (:data:`LARGE_SEARCH_SHARE` above :data:`LARGE_MODEL_OPS` ops), so that the neighbourhood search
     (:mod:`pipeplan.lns`) has the rest when the first does not prove its answer."""
     now = time.monotonic()
-    share = LARGE_SEARCH_SHARE if num_ops > LARGE_MODEL_OPS else SEARCH_SHARE
+    share = LARGE_SEARCH_SHARE if _is_large(num_ops) else SEARCH_SHARE
     return now + share * max(0.0, deadline - now)
 
 
@@ -852,7 +852,12 @@ def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSe
 def _tail_seconds(num_ops: int) -> float:
     """The most seconds a tail window of the neighbourhood search may take on a model of ``num_ops`` ops:
     :data:`pipeplan.lns.LARGE_TAIL_S` above :data:`LARGE_MODEL_OPS` ops, else :data:`pipeplan.lns.TAIL_S`."""
-    return lns.LARGE_TAIL_S if num_ops > LARGE_MODEL_OPS else lns.TAIL_S
+    return lns.LARGE_TAIL_S if _is_large(num_ops) else lns.TAIL_S
+
+
+def _is_large(num_ops: int) -> bool:
+    """Whether a model of ``num_ops`` ops is large, where the time is split differently (:data:`LARGE_MODEL_OPS`)."""
+    return num_ops > LARGE_MODEL_OPS
 
 
 def _rival(candidates: Sequence[_Candidate], taken: Sequence[Schedule], value: float) -> Schedule | None:

@@ -20,6 +20,7 @@ from pipeplan.formulas import (
     interleaved_peak,
     one_f_one_b_makespan,
 )
+from pipeplan.schedules import CHUNKED, generate_applicable
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -180,8 +181,6 @@ def test_a_one_chunk_schedule_skipped_for_chunks_names_the_chunked_ones_that_app
         num_chunks: int, placement: str, backward_weight: float) -> None:
     """The reason 1F1B gives for not running on chunks lists exactly the chunked schedules that do run on that
     layout (or, when none does, every chunked schedule by placement)."""
-    from pipeplan.schedules import CHUNKED, generate_applicable
-
     problem = Problem.build(4, 8, forward=1.0, backward=1.0, backward_weight=backward_weight, activation=1.0,
                             weight_activation=0.35 if backward_weight else 0.0, num_chunks=num_chunks,
                             placement=placement)
