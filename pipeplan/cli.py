@@ -28,6 +28,7 @@ from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
 from pipeplan.problem import ConfigError, PipeplanError
 from pipeplan.report.files import (
+    check_output_file,
     check_output_folder,
     config_record,
     is_unfinished_sweep,
@@ -112,9 +113,11 @@ def simulate_cmd(config: str, schedule_name: str | None, torch_csv: Path | None,
       pipeplan simulate models/seed-8x64.yaml --schedule 1f1b
       pipeplan simulate models/v-4x8.yaml --from-torch-csv zbv.csv
     """
-    if (schedule_name is None) == (torch_csv is None):
+    if schedule_name is None and torch_csv is None:
         raise click.UsageError("Missing option '--schedule' NAME, or give '--from-torch-csv' FILE instead (one "
                                "of the two)")
+    if schedule_name is not None and torch_csv is not None:
+        raise click.UsageError("Give either '--schedule' NAME or '--from-torch-csv' FILE, not both")
     cfg = load_config(config)
     if torch_csv is not None:
         from pipeplan.torch_csv import read_torch_csv
@@ -149,6 +152,16 @@ class _StatusLine:
     def __exit__(self, *exc: object) -> None:
         if self.status is not None:
             self.status.__exit__(None, None, None)
+
+
+class _Writing(_StatusLine):
+    """"writing DIR ..." on stderr while a result is written, when stderr is a terminal and not --quiet: the report
+    of a large model takes seconds to render."""
+
+    def __init__(self, enabled: bool, what: str) -> None:
+        console = Console(stderr=True)
+        if enabled and console.is_terminal:
+            self.status = console.status(f"writing {what} ...")
 
 
 class _ProgressLine(_StatusLine):
@@ -355,7 +368,8 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
         def add_report(folder: Path) -> None:
             (folder / REPORT_NAME).write_text(render_folder(folder), encoding="utf-8")
 
-        write_results(out, summary, comparison.timelines(), force=force, extra=add_report)
+        with _Writing(not quiet, str(out)):
+            write_results(out, summary, comparison.timelines(), force=force, extra=add_report)
     if fmt == "json":
         click.echo(json.dumps(summary, indent=2))
         _exit_if_interrupted(stop)
@@ -388,7 +402,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
 @cli.command(short_help="Re-render report.html from a result folder.")
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path), metavar="DIR")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-              help="Where to write the page (default: DIR/report.html).")
+              help="Where to write the page (default: DIR/report.html; - for stdout).")
 @click.option("--force", is_flag=True, help="Replace the page if it exists.")
 @_debug_option
 def report(folder: Path, out: Path | None, force: bool) -> None:
@@ -404,11 +418,9 @@ def report(folder: Path, out: Path | None, force: bool) -> None:
     from pipeplan.report.html import REPORT_NAME, render_folder
 
     target = out if out is not None else folder / REPORT_NAME
-    if target.exists() and not force:
-        raise ConfigError(f"{str(target)!r} already exists; pass --force to replace it, or --out FILE")
-    page = render_folder(folder)
-    write_file(target, page, force=True)
-    click.echo(f"wrote {target}")
+    if not _is_stdout(target):
+        check_output_file(target, force)
+    _write_output(target, render_folder(folder), force=True, what="")
 
 
 @cli.command("export", short_help="Write a schedule of a result folder as PyTorch's schedule CSV.")
@@ -418,7 +430,7 @@ def report(folder: Path, out: Path | None, force: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["torch-csv"]), default="torch-csv", show_default=True,
               help="File format: PyTorch's compute-only schedule CSV.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-              help="Where to write it (default: DIR/NAME.torch.csv).")
+              help="Where to write it (default: DIR/NAME.torch.csv; - for stdout).")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 @_debug_option
 def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, force: bool) -> None:
@@ -442,9 +454,23 @@ def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, 
                           "(pick one with --schedule)")
     target = out if out is not None else folder / f"{name}.torch.csv"
     problem = results.config.problem
-    write_file(target, to_torch_csv(problem, results.timelines[name].schedule), force=force)
-    click.echo(f"wrote {target}: schedule {name}, {problem.num_devices} ranks, {problem.num_model_stages} stages, "
-               f"{problem.num_microbatches} microbatches, {problem.placement} placement")
+    _write_output(target, to_torch_csv(problem, results.timelines[name].schedule), force=force,
+                  what=f": schedule {name}, {problem.num_devices} ranks, {problem.num_model_stages} stages, "
+                  f"{problem.num_microbatches} microbatches, {problem.placement} placement")
+
+
+def _is_stdout(target: Path) -> bool:
+    return str(target) == "-"
+
+
+def _write_output(target: Path, text: str, force: bool, what: str) -> None:
+    """Write ``text`` to the file ``target`` (atomically) and say so, ``what`` after its name; to stdout, and
+    nothing else, when ``target`` is "-"."""
+    if _is_stdout(target):
+        click.echo(text, nl=False)
+        return
+    write_file(target, text, force=force)
+    click.echo(f"wrote {target}{what}")
 
 
 # What the first Ctrl-C does to a sweep on tasks.

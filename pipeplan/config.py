@@ -213,7 +213,8 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
         )
     unknown = [k for k in data if k not in _SECTIONS]
     if unknown:
-        raise ConfigError(f"unknown top-level key {shown(unknown[0])}; valid keys: {', '.join(_SECTIONS)}")
+        study = " (this looks like a sizing study: run it with 'pipeplan size FILE')" if "model" in data else ""
+        raise ConfigError(f"unknown top-level key {shown(unknown[0])}; valid keys: {', '.join(_SECTIONS)}{study}")
     kwargs: dict[str, Any] = {}
     for section, keys in _PROBLEM_KEYS.items():
         for key, value in _section(data, section, list(keys)).items():

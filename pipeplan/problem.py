@@ -141,6 +141,9 @@ def _expand(
     numbers: list[float] = []
     for item in values:
         number = _as_float(name, item, "a finite number or a list of finite numbers")
+        if number < 0 and name == "memory.budget":
+            raise ConfigError(f"memory.budget must be positive, got {shown(item)} (the activation memory a device "
+                              "may hold; leave memory.budget out for no limit)")
         if number < 0:
             raise ConfigError(f"{name} must be >= 0, got {shown(item)}")
         numbers.append(number)

@@ -124,7 +124,8 @@ class _Reader:
                                 f"{first.row} (rank {first.row - 1}) already runs it ({first.cell!r}); a stage "
                                 "lives on one rank")
         if len(rows) != problem.num_devices:
-            raise ConfigError(f"{self.source} has {len(rows)} rows (one per rank), but the config has "
+            count = "no rows" if not rows else f"{len(rows)} row{'' if len(rows) == 1 else 's'}"
+            raise ConfigError(f"{self.source} has {count} (one per rank), but the config has "
                               f"pipeline.num_stages: {problem.num_devices}; give a file for that many ranks or "
                               "change the config")
         seen: dict[Op, _Action] = {}  # keyed by op: the action that ran it

@@ -34,6 +34,7 @@ from pathlib import Path
 from pipeplan.config import Config, load_config
 from pipeplan.frontier import frontier
 from pipeplan.planner import compare
+from pipeplan.problem import ConfigError
 from pipeplan.report import figures
 from pipeplan.report.figures import frontier_figure, save, utilization_bars
 from pipeplan.report.files import config_record, frontier_frame, metrics_frame, write_folder, write_results
@@ -43,6 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 FRONTIER_BUDGETS = {"split-8x32": [4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0]}
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Files in models/ that are sizing studies, not pipeline configs.
+SIZING_PREFIX = "size-"
 log = logging.getLogger("make_figures")
 
 
@@ -127,10 +130,16 @@ def sweep_model(config: Config, budgets: list[float], out: Path, png: bool, time
     return f"{config.name} frontier (budget: optimal {settings.objective}): {points}"
 
 
+def pipeline_configs() -> list[str]:
+    """The names of the pipeline configs in models/: every models/*.yaml but the sizing studies (size-*.yaml, for
+    `pipeplan size`)."""
+    return sorted(p.stem for p in MODELS.glob("*.yaml") if not p.name.startswith(SIZING_PREFIX))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", default=None,
-                        help="model names in models/ (default: every models/*.yaml)")
+                        help="model names in models/ (default: every models/*.yaml but the size-*.yaml studies)")
     parser.add_argument("--out", default=str(ROOT / "results"), help="folder for the results")
     parser.add_argument("--time-limit", type=float, default=None, help="solver limit per solve (default: config)")
     parser.add_argument("--frontier", default="split-8x32", help="model whose budget is swept ('' for none)")
@@ -138,13 +147,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
-    names = args.models if args.models is not None else sorted(p.stem for p in MODELS.glob("*.yaml"))
+    names = args.models if args.models is not None else pipeline_configs()
+    try:
+        configs = [load_config(MODELS / f"{name}.yaml") for name in names]
+        frontier_config = load_config(MODELS / f"{args.frontier}.yaml") if args.frontier else None
+    except ConfigError as exc:
+        print(f"make_figures.py: error: {exc}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        print(solve_model(load_config(MODELS / f"{name}.yaml"), out / name, not args.no_png, args.time_limit))
-    if args.frontier:
-        config = load_config(MODELS / f"{args.frontier}.yaml")
+    for name, config in zip(names, configs):
+        print(solve_model(config, out / name, not args.no_png, args.time_limit))
+    if frontier_config is not None:
+        config = frontier_config
         budgets = FRONTIER_BUDGETS.get(args.frontier) or [config.problem.budget[0] * k / 4  # type: ignore[index]
                                                           for k in range(2, 9)]
         print(sweep_model(config, budgets, out / f"frontier-{args.frontier}", not args.no_png, args.time_limit))

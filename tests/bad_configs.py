@@ -22,6 +22,8 @@ BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-negative-cost.yaml", "costs.comm must be >= 0, got -0.5"),
     ("bad-zero-count.yaml", "pipeline.num_microbatches must be >= 1, got 0"),
     ("bad-negative-count.yaml", "pipeline.num_stages must be >= 1, got -2"),
+    ("bad-negative-budget.yaml", "memory.budget must be positive, got -3 (the activation memory a device may hold; "
+     "leave memory.budget out for no limit)"),
     ("bad-missing-count.yaml", "pipeline.num_microbatches is missing"),
     ("bad-list-length.yaml", "costs.forward has 3 values; give a single number or a list of 4 (one per device)"),
     ("bad-weight-activation.yaml", "memory.weight_activation (1.5) is above memory.activation (1)"),
@@ -29,6 +31,8 @@ BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-empty.yaml", "the config file is empty; write a config there (the layout is in pipeplan's README"),
     ("bad-top-level-list.yaml", "the top level must be a mapping"),
     ("bad-unknown-top-key.yaml", "unknown top-level key 'cost'; valid keys: name, pipeline, costs"),
+    ("bad-study-as-config.yaml", "unknown top-level key 'model'; valid keys: name, pipeline, costs, memory, solver, "
+     "units (this looks like a sizing study: run it with 'pipeplan size FILE')"),
     ("bad-unknown-nested-key.yaml", "unknown key costs.backwards; valid keys in costs: forward, backward"),
     ("bad-duplicate-key.yaml", "line 4: key 'num_stages' is given twice"),
     ("bad-section-not-mapping.yaml", "costs must be a mapping of forward, backward"),

@@ -47,7 +47,8 @@ TINY = str(CONFIGS / "good-per-stage-split.yaml")
 
 
 # Fixtures a command legitimately accepts: frontier replaces the config's budget with its own sweep.
-ACCEPTED: set[tuple[str, str]] = {("frontier", "bad-budget-below-activation.yaml")}
+ACCEPTED: set[tuple[str, str]] = {("frontier", "bad-budget-below-activation.yaml"),
+                                  ("frontier", "bad-negative-budget.yaml")}
 
 
 @pytest.mark.parametrize("command", list(CONFIG_COMMANDS))

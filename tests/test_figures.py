@@ -11,7 +11,7 @@ import pytest
 
 from pipeplan import OpKind, Problem, generate, memory_timeline, simulate
 from pipeplan.report import figures
-from pipeplan.report.figures import KIND_COLOURS, compare, gantt, memory_figure, save
+from pipeplan.report.figures import KIND_COLOURS, compare, gantt, memory_figure, memory_per_device, save
 
 SPLIT = Problem.build(num_stages=3, num_microbatches=4, forward=1.0, backward=1.5, backward_weight=0.5, comm=0.25,
                 activation=2.0, weight_activation=0.5, budget=5)
@@ -51,6 +51,20 @@ def test_memory_figure_follows_the_memory_timeline() -> None:
     assert [max(trace.y) for trace in fig.data] == [4, 4, 4]
     budget_lines = [shape for shape in fig.layout.shapes if shape.y0 == shape.y1 == 5]
     assert len(budget_lines) == SPLIT.num_devices
+
+
+def test_each_device_panel_has_its_own_budget_line() -> None:
+    problem = Problem.build(num_stages=3, num_microbatches=4, forward=1.0, backward=1.5, backward_weight=0.5,
+                            activation=2.0, weight_activation=0.5, budget=[7, 5, 6])
+    timelines = [simulate(problem, generate(name, problem)) for name in ("gpipe", "1f1b")]
+    for fig in (memory_figure(timelines[0]), memory_per_device(timelines, title="memory")):
+        # The line sits on the axis of the panel that shows the device's memory, at the device's budget.
+        panel_axes = [trace.yaxis for trace in fig.data[:problem.num_devices]]
+        lines = {shape.yref: shape.y0 for shape in fig.layout.shapes}
+        assert lines == {axis: budget for axis, budget in zip(panel_axes, problem.budget)}
+        assert all(shape.y0 == shape.y1 and shape.line.dash == "dash" for shape in fig.layout.shapes)
+    labels = {note.yref: note.text for note in fig.layout.annotations if note.text.startswith("budget")}
+    assert labels == {axis: f"budget {budget:g}" for axis, budget in zip(panel_axes, problem.budget)}
 
 
 def test_compare_stacks_gantt_and_memory_rows(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ The screenshot is kept in tests/artifacts/report.png for people to look at.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -19,6 +20,7 @@ import pytest
 from bad_configs import CONFIGS
 
 from pipeplan.cli import USER_ERROR, main
+from pipeplan.config import load_config
 from pipeplan.report.files import read_results
 from pipeplan.report.html import REPORT_NAME, figure_ids
 
@@ -89,6 +91,17 @@ def test_report_command_rebuilds_the_same_page_from_the_files(
     assert main(["report", str(copy), "--force"]) == 0
     assert main(["report", str(copy), "--out", str(tmp_path / "elsewhere.html")]) == 0
     assert (tmp_path / "elsewhere.html").read_bytes() == (folder / REPORT_NAME).read_bytes()
+    capsys.readouterr()
+    assert main(["report", str(copy), "--out", str(tmp_path / "new" / "page.html")]) == 0  # folders made
+    assert (tmp_path / "new" / "page.html").read_bytes() == (folder / REPORT_NAME).read_bytes()
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["page.html"]
+    capsys.readouterr()
+    assert main(["report", str(copy), "--out", "-"]) == 0
+    assert capsys.readouterr().out.encode("utf-8") == (folder / REPORT_NAME).read_bytes()
+    assert main(["report", str(copy), "--out", str(tmp_path)]) == USER_ERROR
+    assert "is a directory" in capsys.readouterr().err
+    assert main(["report", str(copy), "--out", ""]) == USER_ERROR
+    assert "'.' is a folder, not a file" in capsys.readouterr().err
 
 
 def _tamper_op(folder: Path) -> None:
@@ -242,6 +255,19 @@ def test_make_figures_script_writes_a_folder_per_model(tmp_path: Path) -> None:
         "metrics.csv", "schedules.html", "summary.json", "utilization.html"]
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     assert summary["chosen"] == "1f1b" and summary["config"]["name"] == "seed-8x64"
+
+
+def test_make_figures_by_default_takes_every_pipeline_config_and_no_sizing_study() -> None:
+    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "scripts" / "make_figures.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    names = script.pipeline_configs()
+    studies = [p.stem for p in (ROOT / "models").glob("size-*.yaml")]
+    assert studies and not set(studies) & set(names)
+    assert len(names) + len(studies) == len(list((ROOT / "models").glob("*.yaml")))
+    for name in names:  # each one loads as a pipeline config
+        assert load_config(ROOT / "models" / f"{name}.yaml").problem.num_devices >= 1
 
 
 def test_without_1f1b_the_report_sets_the_best_named_schedule_beside_the_optimizer(tmp_path: Path) -> None:

@@ -89,6 +89,10 @@ BAD_STUDIES: list[tuple[str, Any, str]] = [
     ("missing-seq-len", {k: v for k, v in GOOD.items() if k != "seq_len"}, "seq_len is missing"),
     ("unknown-top-key", {**GOOD, "gpus": 8}, "unknown top-level key 'gpus'; valid keys: name, model, hardware"),
     ("unknown-search-key", {**GOOD, "search": {"tp": [1]}}, "unknown key search.tp; valid keys in search"),
+    ("pipeline-config", {"pipeline": {"num_stages": 4, "num_microbatches": 8}},
+     "unknown top-level key 'pipeline'; valid keys: name, model, hardware, num_gpus, global_batch_size, seq_len, "
+     "search, options, optimizer, processes (this looks like a pipeline config: run it with 'pipeplan solve FILE', "
+     "'simulate' or 'frontier')"),
     ("bad-gpu-count", {**GOOD, "num_gpus": [8, 0]}, "num_gpus must be a whole number >= 1 or a list of them, got 0"),
     ("unknown-schedule", {**GOOD, "search": {**GOOD["search"], "schedules": ["1f1b", "zb-x"]}},
      "unknown schedule 'zb-x'; valid names: gpipe, 1f1b"),

@@ -85,8 +85,9 @@ BAD_FILES = [
     ("no-microbatch", GOOD.replace("0F1", "0F"), "column 2: '0F' is not a compute action"),
     ("communication", GOOD.replace("0F1", "0SEND_F1"), "'0SEND_F1' is a communication action"),
     ("stage-on-two-ranks", GOOD + "", None),  # filled below
-    ("too-few-rows", "0F0,0F1,0I0,0W0,0I1,0W1\n", "has 1 rows (one per rank), but the config has "
+    ("too-few-rows", "0F0,0F1,0I0,0W0,0I1,0W1\n", "has 1 row (one per rank), but the config has "
      "pipeline.num_stages: 2"),
+    ("empty", "", "has no rows (one per rank), but the config has pipeline.num_stages: 2"),
     ("stage-out-of-range", GOOD.replace("1W1", "2W1"), "'2W1' names stage 2, but the config has 2 model stages"),
     ("microbatch-out-of-range", GOOD.replace("1W1", "1W2"), "'1W2' names microbatch 2, but the config has "
      "pipeline.num_microbatches: 2"),
@@ -247,6 +248,18 @@ def test_export_default_path_and_force(result_folder: Path, capsys: pytest.Captu
     (result_folder / "1f1b.torch.csv").unlink()
 
 
+def test_export_creates_missing_folders_and_writes_to_stdout(result_folder: Path, capsys: pytest.CaptureFixture[str],
+                                                            tmp_path: Path) -> None:
+    target = tmp_path / "new" / "deeper" / "plan.csv"
+    code, out, _ = run(capsys, "export", str(result_folder), "--out", str(target))
+    assert code == 0 and out.startswith(f"wrote {target}: ")
+    written = target.read_text(encoding="utf-8")
+    assert [p.name for p in target.parent.iterdir()] == ["plan.csv"]  # no temporary file left beside it
+    code, out, err = run(capsys, "export", str(result_folder), "--out", "-")
+    assert code == 0 and err == ""
+    assert out == written  # the CSV and nothing else, so it can be piped
+
+
 def test_bad_export_and_import_exit_2_with_one_line(result_folder: Path, capsys: pytest.CaptureFixture[str],
                                                     tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
@@ -258,7 +271,11 @@ def test_bad_export_and_import_exit_2_with_one_line(result_folder: Path, capsys:
         (["export", str(result_folder), "--format", "json"], "Invalid value for '--format'"),
         (["simulate", TINY, "--from-torch-csv", str(bad)], "column 2: '0X1' is not a compute action"),
         (["simulate", TINY, "--from-torch-csv", str(tmp_path / "none.csv")], "does not exist; check the path"),
-        (["simulate", TINY, "--schedule", "1f1b", "--from-torch-csv", str(bad)], "one of the two"),
+        (["simulate", TINY, "--schedule", "1f1b", "--from-torch-csv", str(bad)], "not both"),
+        (["simulate", TINY], "one of the two"),
+        (["export", str(result_folder), "--out", str(tmp_path)], "is a directory"),
+        (["export", str(result_folder), "--out", ""], "'.' is a folder, not a file"),
+        (["export", str(result_folder), "--out", str(bad / "plan.csv")], f"cannot write {str(bad / 'plan.csv')!r}"),
     ]
     for argv, message in cases:
         code, _, err = run(capsys, *argv)

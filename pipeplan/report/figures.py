@@ -118,6 +118,28 @@ def memory_traces(timeline: Timeline, show_legend: bool = True) -> list[go.Scatt
     return traces
 
 
+def budget_lines(fig: go.Figure, lines: Sequence[tuple[int, float, str | None]], font_size: int | None = None) -> None:
+    """Dashed grey lines across subplots of one column: (row, level, label or None) each, the label at the line's
+    top left.
+
+    Added to the layout in one update: plotly's ``add_hline(row=...)`` looks the row's axes up through the whole
+    grid on every call, so a line per device took minutes at a few hundred devices."""
+    shapes, labels = [], []
+    for row, level, label in lines:
+        subplot = fig.get_subplot(row, 1)
+        xref = "x" + subplot.xaxis.plotly_name.removeprefix("xaxis")
+        yref = "y" + subplot.yaxis.plotly_name.removeprefix("yaxis")
+        shapes.append({"type": "line", "xref": f"{xref} domain", "x0": 0, "x1": 1, "yref": yref, "y0": level,
+                       "y1": level, "line": {"dash": "dash", "color": "grey"}})
+        if label is not None:
+            labels.append({"text": label, "xref": f"{xref} domain", "x": 0, "xanchor": "left", "yref": yref,
+                           "y": level, "yanchor": "bottom", "showarrow": False,
+                           **({"font": {"size": font_size}} if font_size is not None else {})})
+    # Assigned, not passed to update_layout, which re-validates the subplot titles one by one (18 s at 1,000).
+    fig.layout.shapes = (*fig.layout.shapes, *shapes)
+    fig.layout.annotations = (*fig.layout.annotations, *labels)
+
+
 def memory_figure(
     timeline: Timeline, title: str | None = None, time_unit: str = "units", memory_unit: str = "slots"
 ) -> go.Figure:
@@ -129,9 +151,9 @@ def memory_figure(
     budget = problem.budget
     for device, trace in enumerate(memory_traces(timeline, show_legend=False)):
         fig.add_trace(trace, row=device + 1, col=1)
-        if budget is not None:
-            fig.add_hline(y=budget[device], line={"dash": "dash", "color": "grey"}, row=device + 1, col=1)
-        fig.update_yaxes(title=memory_unit, rangemode="tozero", row=device + 1, col=1)
+    if budget is not None:
+        budget_lines(fig, [(device + 1, level, None) for device, level in enumerate(budget)])
+    fig.update_yaxes(title=memory_unit, rangemode="tozero")
     fig.update_xaxes(title=f"time ({time_unit})", row=num_devices, col=1)
     fig.update_layout(title=title or f"{timeline.schedule.name}: live activation memory",
                       height=120 + 110 * num_devices)
@@ -163,9 +185,7 @@ def compare(
             fig.add_trace(trace, row=memory_row, col=1)
         budget = timeline.problem.budget
         if budget is not None:
-            for level in sorted(set(budget)):
-                fig.add_hline(y=level, line={"dash": "dash", "color": "grey"}, row=memory_row, col=1,
-                              annotation_text=f"budget {level:g}", annotation_position="top left")
+            budget_lines(fig, [(memory_row, level, f"budget {level:g}") for level in sorted(set(budget))])
         fig.update_yaxes(title=memory_unit, rangemode="tozero", row=memory_row, col=1)
     fig.update_xaxes(title=f"time ({time_unit})", row=2 * len(timelines), col=1)
     fig.update_layout(
@@ -214,12 +234,10 @@ def memory_per_device(
                          hovertemplate=f"{name}, {_device_label(device)}<br>t %{{x:.4g}}<br>live %{{y:.4g}}"
                          "<extra></extra>")
             fig.add_trace(trace, row=device + 1, col=1)
-    for device in range(num_devices):
-        if budget is not None:
-            fig.add_hline(y=budget[device], line={"dash": "dash", "color": "grey"}, row=device + 1, col=1,
-                          annotation_text=f"budget {budget[device]:g}", annotation_position="top left",
-                          annotation_font_size=10)
-        fig.update_yaxes(title=memory_unit, rangemode="tozero", row=device + 1, col=1)
+    if budget is not None:
+        budget_lines(fig, [(device + 1, level, f"budget {level:g}") for device, level in enumerate(budget)],
+                     font_size=10)
+    fig.update_yaxes(title=memory_unit, rangemode="tozero")
     fig.update_xaxes(title=f"time ({time_unit})", row=num_devices, col=1)
     fig.update_layout(title=title, height=160 + 120 * num_devices, legend={"orientation": "h", "y": 1.0,
                       "yanchor": "bottom", "x": 1.0, "xanchor": "right"})

@@ -595,17 +595,33 @@ def _check_proof(row: dict[str, Any], name: str, value: float,
         raise mismatch(f"schedule {name!r}: 'status'", status, proof.status)
 
 
+def check_output_file(path: Path, force: bool) -> None:
+    """Raise :class:`ConfigError` when ``path`` is a folder, or exists and ``force`` is false: the early check
+    before the work whose result goes there (:func:`write_file` checks again)."""
+    if path.is_dir():
+        raise ConfigError(f"{str(path)!r} is a folder, not a file; give a file name, e.g. {str(path / 'out')!r}")
+    if path.exists() and not force:
+        raise ConfigError(f"{str(path)!r} already exists; pass --force to replace it")
+
+
 def write_file(path: Path, text: str, force: bool = False) -> None:
     """Write ``text`` to ``path`` atomically (a temporary sibling renamed into place).
 
-    Raises :class:`ConfigError` if ``path`` exists and ``force`` is false. The temporary file is removed on
-    error and on SIGINT or SIGTERM (see :class:`_SignalGuard`).
+    Missing parent folders are created. Raises :class:`ConfigError` if ``path`` is a folder, exists and
+    ``force`` is false, or cannot be written (its folder cannot be created or written to). The temporary file
+    is removed on error and on SIGINT or SIGTERM (see :class:`_SignalGuard`).
     """
     path = Path(path)
-    if path.exists() and not force:
-        raise ConfigError(f"{str(path)!r} already exists; pass --force to replace it")
+    check_output_file(path, force)
+    if not os.path.lexists(path.parent):
+        check_creatable(path.parent)
+        path.parent.mkdir(parents=True, exist_ok=True)
     with _SignalGuard() as guard:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror} in {str(path.parent)!r}; "
+                              "pick a file in a folder you can write to") from None
         try:
             os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; the result is an ordinary file
             with os.fdopen(handle, "w", encoding="utf-8") as file:

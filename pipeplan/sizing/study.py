@@ -91,7 +91,9 @@ def study_from_dict(data: object, default_name: str = "study", base: Path | None
                           f"{type(data).__name__}")
     unknown = [k for k in data if k not in _TOP_KEYS]
     if unknown:
-        raise ConfigError(f"unknown top-level key {unknown[0]!r}; valid keys: {', '.join(_TOP_KEYS)}")
+        config = (" (this looks like a pipeline config: run it with 'pipeplan solve FILE', 'simulate' or "
+                  "'frontier')") if "pipeline" in data else ""
+        raise ConfigError(f"unknown top-level key {unknown[0]!r}; valid keys: {', '.join(_TOP_KEYS)}{config}")
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
         raise ConfigError(f"{missing[0]} is missing; a study needs {', '.join(_REQUIRED)}")
