@@ -590,6 +590,8 @@ class _SweepPlace:
         from pipeplan.store import Store
 
         try:
+            # The executor first: a Ray address that cannot be reached then leaves no store behind.
+            self.executor = self.stack.enter_context(make_executor(self.jobs, self.ray_address))
             if self.store_path is not None:
                 if self.in_out and self.out is not None and not self.out.exists():
                     self.created = self.out
@@ -598,7 +600,6 @@ class _SweepPlace:
                     self.out.mkdir(parents=True)
                     self.force = True  # the folder now holds only the store: the result replaces it
                 self.store = self.stack.enter_context(Store(self.store_path))
-            self.executor = self.stack.enter_context(make_executor(self.jobs, self.ray_address))
         except BaseException:
             self.stack.close()
             raise

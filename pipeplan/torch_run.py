@@ -27,6 +27,7 @@ from typing import Any
 
 from pipeplan.problem import ConfigError, Op, OpKind, Problem
 from pipeplan.schedule import Schedule
+from pipeplan.simulate import simulate
 from pipeplan.torch_csv import to_torch_csv
 
 # The torch release whose private pipelining API this module is written against.
@@ -66,6 +67,17 @@ class TorchJob:
     """Samples in one microbatch; the batch is N times this."""
     seed: int = 0
     time_scale: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Refuse a job torch could only fail on later, in its ranks (a hang until gloo's timeout, or an
+        assertion): sizes below 1, a negative time scale, a schedule that is not one of this problem's."""
+        for name in ("width", "rows_per_microbatch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"TorchJob.{name} must be a whole number >= 1, got {value!r}")
+        if not self.time_scale >= 0:
+            raise ConfigError(f"TorchJob.time_scale must be >= 0 (0: as fast as it goes), got {self.time_scale!r}")
+        simulate(self.problem, self.schedule)  # a ScheduleError names what does not fit the problem
 
 
 @dataclass

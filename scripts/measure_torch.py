@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from pipeplan import ConfigError, OpKind, Problem, Schedule, compute_metrics, generate, simulate, solve
+from pipeplan.report.files import check_creatable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,15 +46,35 @@ def schedules(problem: Problem, time_limit: float) -> list[Schedule]:
     return [generate("1f1b", problem), solve(problem, time_limit_s=time_limit, num_workers=1).schedule]
 
 
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    """An argparse type: a number of ``kind`` above 0 (finite), else a usage error naming the value."""
+    def convert(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if not 0 < value < math.inf:
+            raise argparse.ArgumentTypeError(f"must be finite and above 0, got {text!r}")
+        return value
+    return convert
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--microbatches", type=int, default=8)
-    parser.add_argument("--unit-ms", type=float, default=20.0, help="Milliseconds of one time unit of the costs.")
-    parser.add_argument("--repeats", type=int, default=3, help="Steps per schedule; the median is reported.")
-    parser.add_argument("--time-limit", type=float, default=5.0, help="CP-SAT time limit in seconds.")
+    parser.add_argument("--ranks", type=_positive(int), default=4)
+    parser.add_argument("--microbatches", type=_positive(int), default=8)
+    parser.add_argument("--unit-ms", type=_positive(float), default=20.0,
+                        help="Milliseconds of one time unit of the costs.")
+    parser.add_argument("--repeats", type=_positive(int), default=3, help="Steps per schedule; the median is reported.")
+    parser.add_argument("--time-limit", type=_positive(float), default=5.0, help="CP-SAT time limit in seconds.")
     parser.add_argument("--out", type=Path, default=ROOT / "results")
     args = parser.parse_args(argv)
+    if not args.out.is_dir():
+        try:
+            check_creatable(args.out)  # a probe: nothing is left behind when the run stops early
+        except ConfigError as exc:
+            parser.error(str(exc))
 
     try:
         from pipeplan.torch_run import TorchJob, import_torch, run_in_torch

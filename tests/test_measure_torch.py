@@ -46,3 +46,16 @@ def test_without_torch_exits_2_saying_what_to_install(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "pip install 'pipeplan[torch]'" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--ranks", "0"], "argument --ranks: must be finite and above 0, got '0'"),
+    (["--repeats", "0"], "argument --repeats: must be finite and above 0, got '0'"),
+    (["--unit-ms", "-5"], "argument --unit-ms: must be finite and above 0, got '-5'"),
+    (["--time-limit", "inf"], "argument --time-limit: must be finite and above 0, got 'inf'"),
+    (["--microbatches", "x"], "argument --microbatches: expected a whole number, got 'x'"),
+    (["--out", "/proc/pipeplan/out"], "cannot create output folder '/proc/pipeplan/out'"),
+])
+def test_bad_arguments_exit_2_before_any_work(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = run_script([], *args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

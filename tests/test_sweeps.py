@@ -272,10 +272,13 @@ def test_bad_store_place_or_ray_address_exits_2_naming_the_fix(capsys: pytest.Ca
                                                                name: str, flags: list[str], message: str) -> None:
     pytest.importorskip("ray")
     config = Path(__file__).parent / "configs" / "good-minimal.yaml"
-    code = main(["frontier", str(config), "--budgets", "2:3:1", "--time-limit", "0.2", "--quiet", *flags])
+    out = tmp_path / "out"
+    code = main(["frontier", str(config), "--budgets", "2:3:1", "--time-limit", "0.2", "--quiet", "--out", str(out),
+                 *flags])
     err = capsys.readouterr().err
     assert code == USER_ERROR and message in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # no folder, no store left behind
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files anyway")

@@ -12,6 +12,7 @@ Skipped when torch is not installed (``pip install 'pipeplan[torch]'``).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
@@ -97,3 +98,23 @@ def test_each_rank_ran_pipeplans_order(runs: dict[tuple[int, int], TorchRun], p:
     run = runs[(p, row)]
     planned: list[Any] = [list(order) for order in run.job.schedule.orders]
     assert run.orders == planned
+
+
+_LOOP = Problem.build(num_stages=2, num_microbatches=4).with_layout(2, "loop")
+_V = Problem.build(num_stages=2, num_microbatches=4, backward_weight=0.5).with_layout(2, "v")
+
+
+@pytest.mark.parametrize(("job", "message"), [
+    ({"problem": _LOOP, "schedule": generate("dualpipe-v", _V)},
+     "schedule 'dualpipe-v' runs F0@s3 on device 0, but stage 3 lives on device 1"),
+    ({"problem": Problem.build(2, 4), "schedule": generate("1f1b", Problem.build(4, 4))},
+     "schedule '1f1b' has 4 device orders, expected 2"),
+    ({"problem": Problem.build(2, 4), "schedule": generate("1f1b", Problem.build(2, 4)), "rows_per_microbatch": 0},
+     "TorchJob.rows_per_microbatch must be a whole number >= 1, got 0"),
+    ({"problem": Problem.build(2, 4), "schedule": generate("1f1b", Problem.build(2, 4)), "time_scale": -1.0},
+     "TorchJob.time_scale must be >= 0"),
+], ids=["other-layout", "other-rank-count", "no-rows", "negative-time-scale"])
+def test_a_job_torch_could_only_fail_on_later_is_refused_when_made(job: dict[str, Any], message: str) -> None:
+    # Without the check, the first hangs until gloo's timeout in the ranks and the second fails an assertion there.
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TorchJob(**job)
