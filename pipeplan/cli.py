@@ -155,8 +155,8 @@ class _StatusLine:
 
 
 class _Writing(_StatusLine):
-    """"writing DIR ..." on stderr while a result is written, when stderr is a terminal and not --quiet: the report
-    of a large model takes seconds to render."""
+    """A status line, "writing DIR ...", on stderr while a result is written, when stderr is a terminal and not
+    --quiet: the report of a large model takes seconds to render."""
 
     def __init__(self, enabled: bool, what: str) -> None:
         console = Console(stderr=True)

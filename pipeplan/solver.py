@@ -736,12 +736,12 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     (its objective ``incumbent_ticks`` in ticks), as the hint, within :data:`DEVICE_SHARE` of the time left (none
     when that is below :data:`DEVICE_MIN_S`), on at most :data:`DEVICE_TRIES` devices whose budget binds, and
     on those devices exact together (for at most :data:`DEVICE_PAIR_S`) when each alone was proven optimal
-    within the share. Each relaxation starts
-    from the best bound so far; the tries end when a bound meets the incumbent. ``deltas``: the
-    spacings the window bound proved, which cut the relaxation of the device holding stage 0. ``report``, when
-    given, hears each bound above ``floor_ticks`` rounded up to whole ticks and above every one before it (ticks)
-    as CP-SAT proves it, so that progress shows while a relaxation runs (it is called from CP-SAT's thread, one
-    call at a time). ``seconds``, when given, replaces that share (never past the deadline)."""
+    within the share. Each relaxation starts from the best bound so far; the tries end when a bound meets the
+    incumbent. ``deltas``: the spacings the window bound proved, which cut the relaxation of the device holding
+    stage 0. ``report``, when given, hears each bound above ``floor_ticks`` rounded up to whole ticks and above
+    every one before it (ticks) as CP-SAT proves it, so that progress shows while a relaxation runs (it is called
+    from CP-SAT's thread, one call at a time). ``seconds``, when given, replaces that share (never past the
+    deadline)."""
     now = time.monotonic()
     share = DEVICE_SHARE * max(0.0, deadline - now) if seconds is None else seconds
     until = min(deadline, now + share)
