@@ -699,11 +699,14 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
                 _TaskProgress(quiet, show_progress) as task_progress:
             rows = frontier(cfg.problem, sweep, settings, stop=stop, executor=place.executor, store=place.store,
                             refresh=refresh, task_progress=task_progress, stats=stats)
-            _write_frontier(out, place.force, rows, cfg, settings, no_png, place.add_store_copy)
+            written = bool(rows) or not stop.requested  # stopped before any budget finished: nothing to write
+            if written:
+                _write_frontier(out, place.force, rows, cfg, settings, no_png, place.add_store_copy)
     else:
         _refuse_existing(out, force)
         with _Interrupts(stop), _ProgressLine(not quiet, cfg.units.time, cfg.units.memory) as progress:
             rows = frontier(cfg.problem, sweep, settings, progress=progress, stop=stop)
+        written = True
         _write_frontier(out, force, rows, cfg, settings, no_png)
     from pipeplan.report.tables import frontier_tables
 
@@ -714,9 +717,8 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
             console.print(f"budget {row.budget:g}: {row.note}", style="yellow", soft_wrap=True)
     if tasks:
         place.summary(console, stats["total"], stats["reused"], stats["failures"])
-    if out is not None:
-        written = ", ".join(sorted(p.name for p in out.iterdir()))
-        console.print(f"wrote {out}/: {written}")
+    if out is not None and written:
+        console.print(f"wrote {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}")
     _exit_if_interrupted(stop)
 
 

@@ -195,6 +195,29 @@ def test_a_rerun_reuses_every_row_and_refresh_runs_them_again(tmp_path: Path) ->
         assert to_torch_csv(problem, schedule).count("\n") >= problem.num_devices  # and exported, one row per rank
 
 
+class _StoppedAtOnce(pipeplan.solver.StopRequest):
+    """A Ctrl-C that came before any budget finished."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.request()
+
+
+def test_a_frontier_stopped_before_any_budget_finished_keeps_only_its_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    config = str(Path(__file__).parent / "configs" / "good-minimal.yaml")
+    out = tmp_path / "frontier"
+    argv = ["frontier", config, "--budgets", "2:3:1", "--time-limit", "0.5", "--workers", "1", "--jobs", "1",
+            "--quiet", "--out", str(out)]
+    monkeypatch.setattr("pipeplan.cli.StopRequest", _StoppedAtOnce)
+    assert main(argv) == 130
+    assert [p.name for p in out.iterdir()] == ["store.sqlite"]  # no empty table: an unfinished sweep
+    assert "wrote" not in capsys.readouterr().out
+    monkeypatch.undo()
+    assert main(argv) == 0  # the same command resumes it, no --force
+    assert {"frontier.csv", "store.sqlite"} <= {p.name for p in out.iterdir()}
+
+
 def test_a_failed_task_is_recorded_and_the_sweep_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     kwargs = {**SWEEP, "schedules": ["1f1b", "zb-h1"]}
     real = sweep_module.run_named
