@@ -124,12 +124,14 @@ def _expand(
     num_chunks: int,
     split_over_chunks: bool,
     devices: Sequence[int],
+    negative: str = "{name} must be >= 0, got {value}",
 ) -> tuple[float, ...]:
     """Turn a scalar, a per-device list (P values) or a per-stage list (P*v values) into one value per stage.
 
     ``devices[s]`` is the device of model stage s. A scalar or per-device value describes the device's whole
     share of the model; with ``split_over_chunks`` it is divided evenly across the device's chunks, so that
-    changing ``num_chunks`` never changes the model.
+    changing ``num_chunks`` never changes the model. ``negative`` is the message for a value below 0 (``name``
+    and ``value`` filled in).
     """
     num_model_stages = num_devices * num_chunks
     values = list(value) if isinstance(value, (list, tuple)) else [value]
@@ -141,11 +143,8 @@ def _expand(
     numbers: list[float] = []
     for item in values:
         number = _as_float(name, item, "a finite number or a list of finite numbers")
-        if number < 0 and name == "memory.budget":
-            raise ConfigError(f"memory.budget must be positive, got {shown(item)} (the activation memory a device "
-                              "may hold; leave memory.budget out for no limit)")
         if number < 0:
-            raise ConfigError(f"{name} must be >= 0, got {shown(item)}")
+            raise ConfigError(negative.format(name=name, value=shown(item)))
         numbers.append(number)
     if num_chunks > 1 and len(numbers) == num_model_stages:
         return tuple(numbers)
@@ -545,7 +544,9 @@ def _check_placement(placement: object, num_chunks: int) -> Placement:
 def _expand_budget(budget: PerStage | None, num_devices: int) -> tuple[float, ...] | None:
     if budget is None:
         return None
-    return _expand("memory.budget", budget, num_devices, 1, False, tuple(range(num_devices)))
+    return _expand("memory.budget", budget, num_devices, 1, False, tuple(range(num_devices)),
+                   negative="{name} must be positive, got {value} (the activation memory a device may hold; leave "
+                   "{name} out for no limit)")
 
 
 def _devices_of_stages(num_devices: int, num_chunks: int, placement: str) -> tuple[int, ...]:

@@ -159,10 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, config in zip(names, configs):
         print(solve_model(config, out / name, not args.no_png, args.time_limit))
     if frontier_config is not None:
-        config = frontier_config
-        budgets = FRONTIER_BUDGETS.get(args.frontier) or [config.problem.budget[0] * k / 4  # type: ignore[index]
-                                                          for k in range(2, 9)]
-        print(sweep_model(config, budgets, out / f"frontier-{args.frontier}", not args.no_png, args.time_limit))
+        budgets = FRONTIER_BUDGETS.get(args.frontier) or [
+            frontier_config.problem.budget[0] * k / 4 for k in range(2, 9)]  # type: ignore[index]
+        print(sweep_model(frontier_config, budgets, out / f"frontier-{args.frontier}", not args.no_png,
+                          args.time_limit))
     return 0
 
 
