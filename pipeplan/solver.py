@@ -115,10 +115,16 @@ DEVICE_TRIES = 2
 # Below this many seconds for the relaxations they seldom prove anything, and short solves (a frontier at 2 s per
 # budget) lose more in the neighbourhood search than they gain: the relaxations are skipped.
 DEVICE_MIN_S = 2.0
-# The most seconds the two devices tried get together, exact at once, after each alone was proven optimal: where
-# that pays they are proven in about a second (P=8, N=32, one chunk, budget 3: 189.06 -> 189.82 in 0.5 s; P=16,
-# N=64, one chunk, budget 6: 374.90 -> 374.96 in 3.2 s), and the time is the neighbourhood search's.
-DEVICE_PAIR_S = 5.0
+# The most seconds the groups of devices exact at once get, after each device tried was proven optimal alone: the
+# two tried together, then, while each group is proven optimal, the group and one neighbouring device more. Where
+# that pays it is proven in seconds (P=8, N=32, one chunk, budget 3: 189.06 -> 189.82 with two devices in 0.5 s;
+# budget 6: two devices add nothing, three 104.02 -> 104.78 in 3.8 s; P=16, N=64, one chunk, budget 6: 374.90 ->
+# 374.96 with two in 3.2 s); where it does not (P=16, N=32, one chunk, budgets 6 and 11: groups of up to six
+# devices proven, none above one device alone) the seconds are lost to the neighbourhood search, hence the caps:
+# groups of more than DEVICE_GROUP_MAX devices proved nothing more on any row measured (four devices were not
+# proven within the seconds left on any row with P <= 16) and took the rest of DEVICE_GROUP_S.
+DEVICE_GROUP_S = 8.0
+DEVICE_GROUP_MAX = 3
 # Nor do they run on two or more chunks in loop placement from this many devices up: there a device holds a
 # chunk's activations through a round trip over every other device, which its relaxation sees only as chains,
 # and the fluid bound and the window bound prove what it would. On the memory wall's six such rows at P=16 (N=32
@@ -735,10 +741,12 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     ``floor_ticks`` (a bound already proven; 0 when none is above it), with the best schedule so far, ``incumbent``
     (its objective ``incumbent_ticks`` in ticks), as the hint, within :data:`DEVICE_SHARE` of the time left (none
     when that is below :data:`DEVICE_MIN_S`), on at most :data:`DEVICE_TRIES` devices whose budget binds, and
-    on those devices exact together (for at most :data:`DEVICE_PAIR_S`) when each alone was proven optimal
-    within the share. Each relaxation starts from the best bound so far; the tries end when a bound meets the
-    incumbent. ``deltas``: the spacings the window bound proved, which cut the relaxation of the device holding
-    stage 0. ``report``, when given, hears each bound above ``floor_ticks`` rounded up to whole ticks and above
+    on groups of devices exact together (for at most :data:`DEVICE_GROUP_S`) when each alone was proven optimal
+    within the share: those devices, then, while a group is proven optimal, it and one neighbouring device more (up
+    to :data:`DEVICE_GROUP_MAX` devices).
+    Each relaxation starts from the best bound so far; the tries end when a bound meets the incumbent.
+    ``deltas``: the spacings the window bound proved, which cut the relaxation of the device holding stage 0.
+    ``report``, when given, hears each bound above ``floor_ticks`` rounded up to whole ticks and above
     every one before it (ticks) as CP-SAT proves it, so that progress shows while a relaxation runs (it is called
     from CP-SAT's thread, one call at a time). ``seconds``, when given, replaces that share (never past the
     deadline)."""
@@ -758,22 +766,16 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
             reported = ticks
             report(ticks)
 
-    solved = 0  # devices whose relaxation was proven optimal
-    # Each device alone, then, when both were solved with time to spare, the two exact together.
-    for group in [*([d] for d in devices), *([devices] if len(devices) > 1 else [])]:
-        left = until - time.monotonic()
-        if left < 0.05 or best >= incumbent_ticks - _EPS or (stop is not None and stop.requested):
-            break
-        if len(group) > 1 and solved < len(group):
-            break  # a device alone was not solved: the pair, a harder model, would not be either
+    def relax(group: list[int], end: float) -> bool:
+        """Prove what CP-SAT can on the relaxation of ``group`` until ``end``; whether it proved the optimum."""
+        nonlocal best
         relaxation = device_bound.relaxation(ticked, group, settings.objective, floor=int(best), spacings=deltas)
         relaxation.add_hint(hint)
-        # The next device gets what is left when this one proves early.
-        solver = _solver(settings, until if len(group) == 1 else min(until, time.monotonic() + DEVICE_PAIR_S))
+        solver = _solver(settings, end)
         # Only the bound counts here, and on one device CP-SAT's lower-bound tree search proves it sooner: on the
         # memory-wall rows it proved at least as much within 8 s on each device tried, and more on several. On
-        # the pair the default search does (P=8, N=32, one chunk, budget 3: the optimum in 0.6 s, against 30 s
-        # of the tree search without it).
+        # several devices the default search does (P=8, N=32, one chunk, budget 3, two devices: the optimum in
+        # 0.6 s, against 30 s of the tree search without it).
         solver.parameters.optimize_with_lb_tree_search = len(group) == 1
         if report is not None:
             solver.best_bound_callback = proven
@@ -786,9 +788,34 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         # meets a solution, e.g. with one worker).
         log.info("devices %s relaxation: %s, bound %s ticks", group, solver.status_name(status),
                  solver.best_objective_bound)
-        solved += status == cp_model.OPTIMAL
         best = max(best, solver.best_objective_bound)
-    return best if best > math.ceil(floor_ticks - _EPS) else 0.0
+        return status == cp_model.OPTIMAL
+
+    def done(end: float) -> bool:
+        return (end - time.monotonic() < 0.05 or best >= incumbent_ticks - _EPS
+                or (stop is not None and stop.requested))
+
+    # Each device alone (the next one gets what is left when one proves early), then, when every one was proven
+    # optimal, the devices exact together, and while each such group is proven, it and one neighbouring device
+    # more: the groups within DEVICE_GROUP_S, of at most DEVICE_GROUP_MAX devices.
+    solved = 0
+    for d in devices:
+        if done(until):
+            break
+        solved += relax([d], until)
+    if len(devices) < 2 or solved < len(devices):
+        return _above(best, floor_ticks)  # a device alone was not solved: a group, a harder model, would not be
+    group: list[int] | None = list(devices)
+    groups_until = min(until, time.monotonic() + DEVICE_GROUP_S)
+    while group is not None and not done(groups_until) and relax(group, groups_until):
+        group = device_bound.grown(ticked, group) if len(group) < DEVICE_GROUP_MAX else None
+    return _above(best, floor_ticks)
+
+
+def _above(ticks: float, floor_ticks: float) -> float:
+    """``ticks`` when it is above the bound ``floor_ticks`` proven before (rounded up to whole ticks), else 0."""
+    return ticks if ticks > math.ceil(floor_ticks - _EPS) else 0.0
+
 
 
 def _search_deadline(deadline: float, num_ops: int) -> float:

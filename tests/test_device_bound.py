@@ -30,8 +30,15 @@ from ortools.sat.python import cp_model
 from pipeplan import Problem, simulate
 from pipeplan import solver as solver_module
 from pipeplan import spacing as spacing_module
-from pipeplan.bounds import makespan_lower_bound
-from pipeplan.device_bound import chains, devices_to_try, memory_counts, other_memory_lags, relaxation
+from pipeplan.bounds import device_end_lower_bounds, makespan_lower_bound
+from pipeplan.device_bound import (
+    chains,
+    devices_to_try,
+    grown,
+    memory_counts,
+    other_memory_lags,
+    relaxation,
+)
 from pipeplan.problem import Op, OpKind
 from pipeplan.simulate import Timeline
 from pipeplan.solver import solve, tick_problem, warm_starts
@@ -66,11 +73,11 @@ def _deltas(problem: Problem, limit_s: float = 1.0) -> dict[int, int]:
 
 
 def _bound(problem: Problem, objective: str, limit_s: float = 0.5) -> float:
-    """The largest proven bound over the relaxation of every device and every pair of devices, those holding
-    stage 0 with the window cuts."""
+    """The largest proven bound over the relaxation of every device and every group of two or three devices,
+    those holding stage 0 with the window cuts."""
     deltas = _deltas(problem)
-    groups: list[int | list[int]] = [*range(problem.num_devices),
-                                     *(list(pair) for pair in itertools.combinations(range(problem.num_devices), 2))]
+    groups: list[int | list[int]] = [*range(problem.num_devices), *(
+        list(group) for size in (2, 3) for group in itertools.combinations(range(problem.num_devices), size))]
     return max((_solve(problem, group, objective, limit_s, spacings=deltas)[0] for group in groups), default=0.0)
 
 
@@ -279,6 +286,20 @@ def test_every_device_exact_at_once_is_the_whole_problem(n: int, layout: tuple[i
     assert value == pytest.approx(optimum)
 
 
+def test_a_group_grows_by_a_neighbour_with_the_largest_closed_form_bound() -> None:
+    """One chunk, P=4: the closed-form bounds on the devices' last ends fall from device 0 on, so a group grows
+    towards device 0 when it can; a device next to none of the group is never taken; a whole group is not grown."""
+    problem = family(4, 8, 2)
+    ends = device_end_lower_bounds(problem)
+    assert ends[0] > ends[3]
+    assert grown(problem, [1, 2]) == [1, 2, 0]
+    assert grown(problem, [0, 1]) == [0, 1, 2]
+    assert grown(problem, [3]) == [3, 2]
+    assert grown(problem, [0, 1, 2, 3]) is None
+    v_shape = problem.with_layout(2, "v")
+    assert grown(v_shape, [0, 3]) in ([0, 3, 1], [0, 3, 2])
+
+
 def test_two_devices_exact_at_once_prove_more_than_each_alone() -> None:
     """P=3, N=12, one chunk, budget 2 (the split-backward family): devices 0 and 1 alone prove 42.22 and 38.22
     (without window cuts); the two together 43.98, the best warm start's makespan, so the solver's relaxations
@@ -292,6 +313,28 @@ def test_two_devices_exact_at_once_prove_more_than_each_alone() -> None:
                                         math.ceil(makespan_lower_bound(ticked)), incumbent.schedule,
                                         incumbent.objective)
     assert found == incumbent.objective == 4398
+
+
+def test_three_devices_exact_at_once_prove_more_than_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P=4, N=8, one chunk, budget 2 (the split-backward family, without window cuts): each device alone proves
+    at most 37.22 and devices 0 and 1 together no more; 0, 1 and 2 together prove 38.10, the optimum (proven by
+    CP-SAT on the whole model) and the best warm start's makespan, which the solver's relaxations then prove
+    optimal by growing the pair; with groups held to two devices they stop at 37.22."""
+    problem = family(4, 8, 2)
+    assert max(_solve(problem, d)[0] for d in range(4)) == pytest.approx(37.22)
+    assert _solve(problem, [0, 1]) == (pytest.approx(37.22), True)
+    assert _solve(problem, [0, 1, 2]) == (pytest.approx(38.10), True)
+    ticked, _, _ = tick_problem(problem)
+    incumbent = warm_starts(ticked, "makespan")[0]
+    floor = math.ceil(makespan_lower_bound(ticked))
+
+    def device_bound() -> float:
+        return solver_module._device_bound(ticked, solver_module.SolverSettings(), time.monotonic() + 30, None,
+                                           floor, incumbent.schedule, incumbent.objective)
+
+    assert device_bound() == incumbent.objective == 3810
+    monkeypatch.setattr(solver_module, "DEVICE_GROUP_MAX", 2)
+    assert device_bound() == 3722
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -318,7 +361,9 @@ def test_bound_never_exceeds_a_warm_start(problem: Problem, objective: str) -> N
     """Every named schedule, greedy rule and pattern that fits the budget is a feasible schedule."""
     deltas = _deltas(problem)
     tried = devices_to_try(problem)[:2]
-    groups: list[int | list[int]] = [*tried, *([tried] if len(tried) == 2 else [])]  # each, then the pair
+    groups: list[int | list[int]] = [*tried]  # each, then the pair, then it and a neighbour (when there is one)
+    if len(tried) == 2:
+        groups += [tried, *([grown_by_one] if (grown_by_one := grown(problem, tried)) is not None else [])]
     bound = max((_solve(problem, group, objective, limit_s=0.5, spacings=deltas)[0] for group in groups), default=0.0)
     for candidate in warm_starts(problem, objective):
         assert bound <= candidate.objective + EPS, candidate.schedule.name
