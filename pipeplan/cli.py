@@ -695,7 +695,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     stop = StopRequest()
     stats: dict[str, Any] = {}
     if tasks:
-        with _SweepPlace(out, force, store_path, jobs, ray_address) as place, _Interrupts(stop, _SWEEP_STOPPING), \
+        with _Interrupts(stop, _SWEEP_STOPPING), _SweepPlace(out, force, store_path, jobs, ray_address) as place, \
                 _TaskProgress(quiet, show_progress) as task_progress:
             rows = frontier(cfg.problem, sweep, settings, stop=stop, executor=place.executor, store=place.store,
                             refresh=refresh, task_progress=task_progress, stats=stats)
@@ -779,7 +779,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     if jobs is None and ray_address is None:
         jobs = int(loaded.sweep_kwargs.get("processes", 1))
     stop = StopRequest()
-    with _SweepPlace(out, force, store_path, jobs, ray_address) as place, _Interrupts(stop, _SWEEP_STOPPING), \
+    with _Interrupts(stop, _SWEEP_STOPPING), _SweepPlace(out, force, store_path, jobs, ray_address) as place, \
             _TaskProgress(quiet, show_progress) as progress:
         result = run_study(loaded, time_limit_s=time_limit, progress=progress, executor=place.executor,
                            store=place.store, refresh=refresh, should_stop=lambda: stop.requested)
@@ -873,6 +873,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         click.echo("pipeplan: interrupted", err=True)
         return INTERRUPTED
     except Terminated:
+        click.echo("pipeplan: terminated", err=True)
+        return TERMINATED
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM:
+            raise
+        # Ray's driver handler, in place while a local Ray cluster starts, exits with SIGTERM's number.
         click.echo("pipeplan: terminated", err=True)
         return TERMINATED
     except (PipeplanError, OSError) as exc:

@@ -8,7 +8,9 @@ dependencies installed.
 
 from __future__ import annotations
 
+import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -45,6 +47,25 @@ def _check_reachable(address: str) -> None:
                             "node's address and that it is running ('ray status' there), or use --ray local") from None
 
 
+def _is_signal(exc: BaseException) -> bool:
+    """Whether ``exc`` is what a signal handler raised (KeyboardInterrupt, the command line's SIGTERM): a
+    BaseException that is not an Exception, nor the GeneratorExit of a generator closed early."""
+    return not isinstance(exc, (Exception, GeneratorExit))
+
+
+def _wait(ray: Any, waiting: list[Any]) -> tuple[list[Any], list[Any]]:
+    """``ray.wait`` for one of ``waiting``, at most :data:`_POLL_S`. A signal handler's exception raised while it
+    runs comes out of Ray's compiled code wrapped in a SystemError ("returned a result with an exception set");
+    the signal's own exception is raised instead, so that an abort is an abort and not an internal error."""
+    try:
+        done, left = ray.wait(waiting, num_returns=1, timeout=_POLL_S)
+    except SystemError as exc:
+        if exc.__cause__ is not None and _is_signal(exc.__cause__):
+            raise exc.__cause__ from None
+        raise
+    return list(done), list(left)
+
+
 class RayExecutor:
     """Tasks on Ray: ``address`` "auto" joins the cluster running on this machine, "local" starts a private one
     (of ``num_cpus`` cores, default all), anything else is a cluster's address. When Ray is already initialised
@@ -73,12 +94,23 @@ class RayExecutor:
             kwargs = {"address": "auto"}
         else:
             kwargs = {"address": self.address}
+        # Ray's driver puts in its own SIGTERM handler (sys.exit with the signal's number); the caller's (the command
+        # line's: abort, exit 143) stays, so that SIGTERM during the sweep or Ray's shutdown is not a silent exit 15.
+        on_sigterm = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
         try:
             ray.init(runtime_env=runtime_env, log_to_driver=False, configure_logging=False, **kwargs)
         except ConnectionError as exc:
             fix = ("start one with 'ray start --head', or use --ray local to start a private one"
                    if self.address == "auto" else "check the address, or use --ray local")
             raise ExecutorError(f"no Ray cluster at --ray {self.address} ({exc}); {fix}") from None
+        except BaseException:
+            # Stopped while it started (SIGTERM, Ctrl-C): what started is shut down here, not left to Ray's exit hook.
+            if ray.is_initialized():
+                ray.shutdown()
+            raise
+        finally:
+            if on_sigterm is not None:
+                signal.signal(signal.SIGTERM, on_sigterm)
         self._owned = True
         return self
 
@@ -101,17 +133,26 @@ class RayExecutor:
         shared = ray.put(function)
         refs = {remote.remote(shared, index, item): index for index, item in enumerate(inputs)}
         waiting = list(refs)
+        aborted = False
         try:
             while waiting:
                 if should_stop is not None and should_stop():
                     return
-                done, waiting = ray.wait(waiting, num_returns=1, timeout=_POLL_S)
+                done, waiting = _wait(ray, waiting)
                 for ref in done:
                     try:
                         result: TaskResult = ray.get(ref)
                     except Exception as exc:  # the worker died (out of memory, node lost): that task failed
                         result = TaskResult(refs[ref], error=f"{type(exc).__name__}: {exc}".splitlines()[0])
                     yield result
+        except BaseException as exc:
+            aborted = _is_signal(exc)
+            raise
         finally:
-            for ref in waiting:
-                ray.cancel(ref, force=True)
+            # A stopped sweep (or a caller done early) cancels what is left. An abort (SIGTERM, a second Ctrl-C)
+            # leaves it to Ray: this driver's tasks end with it, and cancelling them then could crash Ray's core
+            # worker (Ray 2.60: a failed check in its task manager, "Tried to complete task that was not pending",
+            # exit 1, 15 or 139 instead of the abort's status).
+            if not aborted:
+                for ref in waiting:
+                    ray.cancel(ref, force=True)
