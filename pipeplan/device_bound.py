@@ -163,7 +163,6 @@ def devices_to_try(problem: Problem) -> list[int]:
     return sorted(binding, key=lambda d: (-ends[d], d))
 
 
-
 def grown(problem: Problem, group: Sequence[int]) -> list[int] | None:
     """``group`` and one device more next to one of its devices (in device numbering, either placement's link):
     the one with the largest closed-form bound on its last end, the lower-numbered on a tie; None when no device is
@@ -173,6 +172,7 @@ def grown(problem: Problem, group: Sequence[int]) -> list[int] | None:
     if not near:
         return None
     return [*group, max(near, key=lambda d: (ends[d], -d))]
+
 
 @dataclass
 class Relaxation:

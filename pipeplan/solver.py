@@ -817,7 +817,6 @@ def _above(ticks: float, floor_ticks: float) -> float:
     return ticks if ticks > math.ceil(floor_ticks - _EPS) else 0.0
 
 
-
 def _search_deadline(deadline: float, num_ops: int) -> float:
     """When the whole-model search of a model of ``num_ops`` ops ends: after :data:`SEARCH_SHARE` of the time
     left (:data:`LARGE_SEARCH_SHARE` above :data:`LARGE_MODEL_OPS` ops), so that the neighbourhood search
