@@ -164,9 +164,9 @@ def devices_to_try(problem: Problem) -> list[int]:
 
 
 def grown(problem: Problem, group: Sequence[int]) -> list[int] | None:
-    """``group`` and one device more next to one of its devices (in device numbering, either placement's link):
-    the one with the largest closed-form bound on its last end, the lower-numbered on a tie; None when no device is
-    left out."""
+    """``group`` and one device more, numbered next to one of its devices (loop placement's link from the last
+    device back to the first is not counted): the one with the largest closed-form bound on its last end, the
+    lower-numbered on a tie; None when no device is left out."""
     ends = device_end_lower_bounds(problem)
     near = [d for d in range(problem.num_devices) if d not in group and any(abs(d - g) == 1 for g in group)]
     if not near:

@@ -118,7 +118,7 @@ DEVICE_MIN_S = 2.0
 # The most seconds the groups of devices exact at once get, after each device tried was proven optimal alone: the
 # two tried together, then, while each group is proven optimal, the group and one neighbouring device more. Where
 # that pays it is proven in seconds (P=8, N=32, one chunk, budget 3: 189.06 -> 189.82 with two devices in 0.5 s;
-# budget 6: two devices add nothing, three 104.02 -> 104.78 in 3.8 s; P=16, N=64, one chunk, budget 6: 374.90 ->
+# budget 6: two devices add nothing, three 104.02 -> 104.78 in 3.8 to 7.4 s; P=16, N=64, one chunk, budget 6: 374.90 ->
 # 374.96 with two in 3.2 s); where it does not (P=16, N=32, one chunk, budgets 6 and 11: groups of up to six
 # devices proven, none above one device alone) the seconds are lost to the neighbourhood search, hence the caps:
 # groups of more than DEVICE_GROUP_MAX devices proved nothing more on any row measured (four devices were not

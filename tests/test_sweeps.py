@@ -85,6 +85,27 @@ def test_local_executor_yields_every_index_and_captures_failures(jobs: int) -> N
     assert results[1].error is not None and results[1].error.startswith("ValueError: math domain error")
 
 
+def test_a_signal_wrapped_by_rays_compiled_code_is_found_and_nothing_else() -> None:
+    """What a signal handler raised inside Ray's compiled calls reaches the executor as a SystemError caused by it
+    (CPython's "returned a result with an exception set"): that signal is raised as itself; a SystemError of any
+    other cause, or another exception caused by a signal, is not a signal."""
+    from pipeplan.executors.ray import _signal_in
+
+    def wrapped(cause: BaseException, kind: type[Exception] = SystemError) -> Exception:
+        try:
+            raise kind("<cyfunction CoreWorker.wait> returned a result with an exception set") from cause
+        except Exception as exc:
+            return exc
+
+    interrupt, terminated = KeyboardInterrupt(), type("Terminated", (BaseException,), {})()
+    assert _signal_in(wrapped(interrupt)) is interrupt
+    assert _signal_in(wrapped(terminated)) is terminated
+    assert _signal_in(wrapped(ValueError("a task's own error"))) is None
+    assert _signal_in(wrapped(GeneratorExit())) is None
+    assert _signal_in(wrapped(interrupt, RuntimeError)) is None
+    assert _signal_in(SystemError("no cause")) is None
+
+
 def test_ray_executor_yields_every_index_and_captures_failures(ray_cluster: Any) -> None:
     from pipeplan.executors.ray import RayExecutor
 

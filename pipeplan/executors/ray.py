@@ -53,15 +53,21 @@ def _is_signal(exc: BaseException) -> bool:
     return not isinstance(exc, (Exception, GeneratorExit))
 
 
+def _signal_in(exc: Exception) -> BaseException | None:
+    """The signal handler's exception that ``exc`` wraps, or None: one raised while Ray's compiled code ran (its
+    wait, its get) comes out of it as a SystemError ("returned a result with an exception set") caused by it."""
+    cause = exc.__cause__
+    return cause if isinstance(exc, SystemError) and cause is not None and _is_signal(cause) else None
+
+
 def _wait(ray: Any, waiting: list[Any]) -> tuple[list[Any], list[Any]]:
-    """``ray.wait`` for one of ``waiting``, at most :data:`_POLL_S`. A signal handler's exception raised while it
-    runs comes out of Ray's compiled code wrapped in a SystemError ("returned a result with an exception set");
-    the signal's own exception is raised instead, so that an abort is an abort and not an internal error."""
+    """``ray.wait`` for one of ``waiting``, at most :data:`_POLL_S`; a signal's exception raised while it runs is
+    raised as itself (see :func:`_signal_in`), so that an abort is an abort and not an internal error."""
     try:
         done, left = ray.wait(waiting, num_returns=1, timeout=_POLL_S)
     except SystemError as exc:
-        if exc.__cause__ is not None and _is_signal(exc.__cause__):
-            raise exc.__cause__ from None
+        if (signalled := _signal_in(exc)) is not None:
+            raise signalled from None
         raise
     return list(done), list(left)
 
@@ -143,6 +149,8 @@ class RayExecutor:
                     try:
                         result: TaskResult = ray.get(ref)
                     except Exception as exc:  # the worker died (out of memory, node lost): that task failed
+                        if (signalled := _signal_in(exc)) is not None:
+                            raise signalled from None  # not the task: a signal arrived while Ray fetched it
                         result = TaskResult(refs[ref], error=f"{type(exc).__name__}: {exc}".splitlines()[0])
                     yield result
         except BaseException as exc:
@@ -152,7 +160,8 @@ class RayExecutor:
             # A stopped sweep (or a caller done early) cancels what is left. An abort (SIGTERM, a second Ctrl-C)
             # leaves it to Ray: this driver's tasks end with it, and cancelling them then could crash Ray's core
             # worker (Ray 2.60: a failed check in its task manager, "Tried to complete task that was not pending",
-            # exit 1, 15 or 139 instead of the abort's status).
-            if not aborted:
+            # exit 1, 15 or 139 instead of the abort's status). Nor when Ray is shut down already (a generator
+            # closed after its caller's abort went past the executor).
+            if not aborted and ray.is_initialized():
                 for ref in waiting:
                     ray.cancel(ref, force=True)
