@@ -872,13 +872,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("pipeplan: interrupted", err=True)
         return INTERRUPTED
-    except Terminated:
-        click.echo("pipeplan: terminated", err=True)
-        return TERMINATED
-    except SystemExit as exc:
-        if exc.code != signal.SIGTERM:
+    except (Terminated, SystemExit) as exc:
+        # SystemExit: Ray's driver handler, in place while a local Ray cluster starts, exits with SIGTERM's number.
+        if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
             raise
-        # Ray's driver handler, in place while a local Ray cluster starts, exits with SIGTERM's number.
         click.echo("pipeplan: terminated", err=True)
         return TERMINATED
     except (PipeplanError, OSError) as exc:
