@@ -64,12 +64,11 @@ def _wait(ray: Any, waiting: list[Any]) -> tuple[list[Any], list[Any]]:
     """``ray.wait`` for one of ``waiting``, at most :data:`_POLL_S`; a signal's exception raised while it runs is
     raised as itself (see :func:`_signal_in`), so that an abort is an abort and not an internal error."""
     try:
-        done, left = ray.wait(waiting, num_returns=1, timeout=_POLL_S)
+        return ray.wait(waiting, num_returns=1, timeout=_POLL_S)  # type: ignore[no-any-return]
     except SystemError as exc:
         if (signalled := _signal_in(exc)) is not None:
             raise signalled from None
         raise
-    return list(done), list(left)
 
 
 class RayExecutor:
