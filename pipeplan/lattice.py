@@ -400,13 +400,15 @@ def least_rate(problem: Problem) -> float:
 
 
 def search(problem: Problem, deadline: float = math.inf,
-           should_stop: Callable[[], bool] = lambda: False) -> tuple[Schedule, Metrics] | None:
+           should_stop: Callable[[], bool] = lambda: False,
+           patterns_until: float = math.inf) -> tuple[Schedule, Metrics] | None:
     """The fastest lattice schedule that fits the budget: the greedy lattices (:func:`greedy_lattice`, with and
     without letting a microbatch's forwards and backwards meet placed ops, each with no cap and then with caps of
     1 .. :func:`greedy_caps` fewer microbatches in flight than it had without one: the form that did better
     without a cap first, each from the smallest cut), then patterns up to :data:`MAX_PATTERN` cells with the cell
-    widths of :data:`CELL_MULTIPLES`, densest first; None when memory does not bind, nothing tried fits, or
-    ``time.monotonic()`` passes ``deadline`` or ``should_stop()`` before anything fits.
+    widths of :data:`CELL_MULTIPLES`, densest first, until ``patterns_until`` (``time.monotonic()``; at the latest
+    ``deadline``); None when memory does not bind, nothing tried fits, or ``time.monotonic()`` passes ``deadline``
+    or ``should_stop()`` before anything fits.
 
     Patterns whose rate (cell width per microbatch) is below the least rate the budget allows in a long run
     (:func:`least_rate`) are skipped, as are those more than :data:`SLOWEST` times above it: a heuristic (a short
@@ -465,7 +467,7 @@ def search(problem: Problem, deadline: float = math.inf,
         if (starts := tuple(multiple * c for c in cells)) in seen:
             continue
         seen.add(starts)
-        if time.monotonic() >= deadline or should_stop():
+        if time.monotonic() >= min(deadline, patterns_until) or should_stop():
             log.info("lattice warm start: stopped after %d patterns", tried)
             break
         tried += 1

@@ -93,6 +93,13 @@ PROBE_SHARE = 0.25
 # The share of the time left before the deadline that the lattice warm start (:mod:`pipeplan.lattice`) may take;
 # it tries its densest patterns first and keeps the fastest that fits when time runs out.
 LATTICE_SHARE = 0.2
+# ... of which its repeating patterns, after the greedy lattices, may take up to this share (a share of the same
+# time left, counted from the lattice's start). On the memory-wall rows (P = 8 to 32, 47 rows where the lattice
+# runs) no pattern gave a better warm start than the greedy lattices and the named schedules, while the patterns
+# took up to 10 s of a 60 s solve at P = 16 (P=16, N=32, loop, budget 11: 9.8 s after 5.7 s of greedy lattices);
+# on random problems with unequal costs a pattern sometimes beats every other warm start (6 of 200, by 0.2 % to
+# 10 %), within a fraction of a second on those small problems.
+PATTERN_SHARE = 0.05
 
 # The share of the time left after the warm starts that the window bound (:mod:`pipeplan.spacing`) may take
 # when the budget binds and the best warm start does not meet the closed-form bound.
@@ -347,7 +354,8 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
     ``extra`` ones always run; the greedy list schedulers, interleaved zero bubble with smaller groups
     (:func:`~pipeplan.schedules.interleaved_zb.smaller_groups`), the periodic pattern (:mod:`pipeplan.periodic`),
     V-Min and V-Half fitted to the budget (:func:`~pipeplan.schedules.controllable.fitted`) and the lattice
-    (:mod:`pipeplan.lattice`, for at most :data:`LATTICE_SHARE` of the time left) only while
+    (:mod:`pipeplan.lattice`, for at most :data:`LATTICE_SHARE` of the time left, its patterns for at most
+    :data:`PATTERN_SHARE`) only while
     ``time.monotonic()`` is before ``deadline`` and no stop is requested. ``ticked`` is the problem in ticks
     (:func:`tick_problem`), computed when None. ``bound`` is a proven lower bound on the objective: when a warm
     start before the lattice already meets it, the lattice, the costliest, is skipped.
@@ -388,7 +396,8 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
         log.info("lattice warm start skipped: warm start %s meets the lower bound", best.schedule.name)
     else:
         now = time.monotonic()
-        on_lattice = lattice.search(problem, now + LATTICE_SHARE * max(0.0, deadline - now), stopped)
+        left = max(0.0, deadline - now)
+        on_lattice = lattice.search(problem, now + LATTICE_SHARE * left, stopped, now + PATTERN_SHARE * left)
         if on_lattice is not None:  # replayed and within budget already
             schedule, metrics = on_lattice
             candidates.append(_Candidate(schedule, metrics, objective_of(metrics, objective), False))

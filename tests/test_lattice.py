@@ -200,6 +200,17 @@ def test_the_search_keeps_the_greedy_where_it_beats_every_pattern(monkeypatch: p
     assert patterns_only is not None and patterns_only[1].makespan == pytest.approx(50.77)
 
 
+def test_the_patterns_stop_at_their_own_time_limit() -> None:
+    """Unequal costs, P = 4, N = 8, two chunks in loop placement: a repeating pattern beats the greedy lattices
+    (73.5 against 77.5); when the patterns' time is up before they start, the greedy lattice is what is left."""
+    problem = Problem.build(num_stages=4, num_microbatches=8, forward=3.0, backward=2.0, backward_weight=1.5,
+                            comm=0.5, activation=1.0, weight_activation=0.5, budget=3.5).with_layout(2, "loop")
+    found = search(problem)
+    assert found is not None and found[1].makespan == pytest.approx(73.5)
+    greedy_only = search(problem, patterns_until=time.monotonic())
+    assert greedy_only is not None and greedy_only[1].makespan == pytest.approx(77.5)
+
+
 @pytest.mark.parametrize(("placement", "strict_first"), [("loop", True), ("v", False)])
 def test_a_greedy_lattice_with_a_large_peak_is_tried_with_more_caps(monkeypatch: pytest.MonkeyPatch,
                                                                     placement: str, strict_first: bool) -> None:
