@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from invariants import assert_valid, peak_memory
 from strategies import binding_problems
 
-from pipeplan import compute_metrics, lattice, simulate
+from pipeplan import compute_metrics, lattice, simulate, solver
 from pipeplan.lattice import (
     cell,
     fits,
@@ -279,3 +279,23 @@ def test_it_is_a_warm_start_of_the_solver_where_memory_binds() -> None:
     # A warm start that already meets a lower bound makes the lattice pointless: it is not run.
     met = warm_starts(problem, "makespan", bound=min(c.objective for n, c in named.items() if n != "lattice"))
     assert "lattice" not in {c.schedule.name for c in met}
+
+
+def test_the_solver_gives_the_lattice_and_its_patterns_their_shares_of_the_time_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lattice's deadline is LATTICE_SHARE of the time left when it starts, its patterns' PATTERN_SHARE."""
+    problem = Problem.build(num_stages=4, num_microbatches=8, forward=1.0, backward=1.0, backward_weight=0.5,
+                            comm=0.03, activation=1.0, weight_activation=0.35, budget=3.0).with_layout(2, "loop")
+    calls: list[tuple[float, float, float]] = []
+
+    def spy(problem: Problem, deadline: float, should_stop: object, patterns_until: float) -> None:
+        calls.append((time.monotonic(), deadline, patterns_until))
+
+    monkeypatch.setattr(lattice, "search", spy)
+    deadline = time.monotonic() + 1000.0
+    warm_starts(problem, "makespan", deadline=deadline)
+    assert len(calls) == 1
+    called, lattice_until, patterns_until = calls[0]
+    left = deadline - called  # a little more than the time left when the solver computed the shares
+    assert solver.LATTICE_SHARE * left - 1.0 < lattice_until - called <= solver.LATTICE_SHARE * left
+    assert solver.PATTERN_SHARE * left - 1.0 < patterns_until - called <= solver.PATTERN_SHARE * left
