@@ -342,7 +342,7 @@ def fixed_to(model: cp_model.CpModel, base: lns.LnsModel, starts: dict[Any, int]
     return solver.solve(fixed) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
-@settings(max_examples=15 if os.environ.get("CI") else 30, deadline=None)
+@settings(max_examples=10 if os.environ.get("CI") else 30, deadline=None)
 @given(problem=small_problems(), begin=st.floats(0.0, 1.0), width=st.floats(0.05, 0.5),
        objective=st.sampled_from(["makespan", "stage_span"]), free_forward=st.booleans())
 def test_a_neighbourhood_holds_what_it_should_and_nothing_more(problem: Problem, begin: float, width: float,
