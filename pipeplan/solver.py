@@ -96,7 +96,7 @@ LATTICE_SHARE = 0.2
 # ... of which its repeating patterns, after the greedy lattices, may take up to this share (a share of the same
 # time left, counted from the lattice's start). On the memory-wall rows (P = 8 to 32, 50 rows where the lattice
 # runs) no pattern gave a better warm start than the greedy lattices and the named schedules, while the patterns
-# took up to 10 s of a 60 s solve at P = 16 (P=16, N=32, loop, budget 11: 9.8 s after 5.7 s of greedy lattices);
+# took up to 10 s of a 60 s solve at P = 16 (P=16, N=32, loop, budget 11: 9.8 s);
 # on random problems with unequal costs a pattern sometimes beats every other warm start (6 of 200, by 0.2 % to
 # 10 %), within a fraction of a second on those small problems.
 PATTERN_SHARE = 0.05
