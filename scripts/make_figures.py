@@ -103,8 +103,11 @@ def solve_model(config: Config, out: Path, png: bool, time_limit: float | None) 
         if png:
             with tempfile.TemporaryDirectory() as tmp:
                 run = Path(tmp) / "run"
-                write_results(run, summary, timelines,
-                              extra=lambda f: (f / REPORT_NAME).write_text(render_folder(f), encoding="utf-8"))
+
+                def add_report(f: Path) -> None:
+                    (f / REPORT_NAME).write_text(render_folder(f), encoding="utf-8")
+
+                write_results(run, summary, timelines, extra=add_report)
                 devices = config.problem.num_devices
                 height = 1250 + 2 * (190 + 40 * devices) + (200 + 120 * devices) + 500
                 screenshot(run / REPORT_NAME, folder / "report.png", height)
