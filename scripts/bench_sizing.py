@@ -17,21 +17,26 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 from pipeplan.sizing import estimate, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # 405B on 1024 H100s: TP 8, PP 16, DP 8; 1024 sequences of 8192 tokens in microbatches of 1 -> 128 per pipeline.
-ESTIMATE = {"model": "llama3.1-405b", "hardware": "h100-80gb", "tensor_parallel": 8, "pipeline_parallel": 16,
-            "data_parallel": 8, "microbatch_size": 1, "global_batch_size": 1024, "seq_len": 8192,
-            "recompute": "full", "balanced": True}
+ESTIMATE: dict[str, Any] = {
+    "model": "llama3.1-405b", "hardware": "h100-80gb", "tensor_parallel": 8, "pipeline_parallel": 16,
+    "data_parallel": 8, "microbatch_size": 1, "global_batch_size": 1024, "seq_len": 8192, "recompute": "full",
+    "balanced": True,
+}
 # Llama 3.1 70B on 64 to 1024 H100s: every parallel layout, microbatch size, chunk count and recompute mode.
-SWEEP = {"model": "llama3.1-70b", "hardware": "h100-80gb", "num_gpus": [64, 128, 256, 512, 1024],
-         "global_batch_size": 1024, "seq_len": 8192, "tensor_parallel": [1, 2, 4, 8],
-         "pipeline_parallel": [1, 2, 4, 5, 8, 10, 16], "microbatch_size": [1, 2], "num_chunks": [1, 2],
-         "recompute": ["selective", "full"], "schedules": ["1f1b", "zb-h1", "interleaved-1f1b", "zb-v"],
-         "processes": 2}
+SWEEP: dict[str, Any] = {
+    "model": "llama3.1-70b", "hardware": "h100-80gb", "num_gpus": [64, 128, 256, 512, 1024],
+    "global_batch_size": 1024, "seq_len": 8192, "tensor_parallel": [1, 2, 4, 8],
+    "pipeline_parallel": [1, 2, 4, 5, 8, 10, 16], "microbatch_size": [1, 2], "num_chunks": [1, 2],
+    "recompute": ["selective", "full"], "schedules": ["1f1b", "zb-h1", "interleaved-1f1b", "zb-v"],
+    "processes": 2,
+}
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""Style and types are part of the test command: ruff on the code, tests and scripts; mypy (strict) on the package."""
+"""Style and types are part of the test command: ruff on the code, tests and scripts; mypy (strict) on the package
+and the scripts."""
 
 from __future__ import annotations
 
@@ -25,5 +26,5 @@ def test_ruff_is_clean() -> None:
 
 
 def test_mypy_strict_is_clean() -> None:
-    proc = _run_tool("mypy", "pipeplan")
+    proc = _run_tool("mypy", "pipeplan", "scripts")
     assert proc.returncode == 0, proc.stdout + proc.stderr
