@@ -460,6 +460,7 @@ def search(problem: Problem, deadline: float = math.inf,
         log.info("lattice warm start: greedy lattice makespan %g", best[1].makespan)
     seen: set[tuple[int, ...]] = set()  # start times in cells: patterns that agree on the first N give one schedule
     tried = 0
+    patterns_end = min(deadline, patterns_until)
     for rate, multiple, word in tries:
         if rate < least - 1e-9 or rate > SLOWEST * least:
             continue
@@ -467,7 +468,7 @@ def search(problem: Problem, deadline: float = math.inf,
         if (starts := tuple(multiple * c for c in cells)) in seen:
             continue
         seen.add(starts)
-        if time.monotonic() >= min(deadline, patterns_until) or should_stop():
+        if time.monotonic() >= patterns_end or should_stop():
             log.info("lattice warm start: stopped after %d patterns", tried)
             break
         tried += 1

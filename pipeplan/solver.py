@@ -766,7 +766,8 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     if not devices or until - now < DEVICE_MIN_S:
         return 0.0
     hint = simulate(ticked, incumbent)
-    best = float(math.ceil(floor_ticks - _EPS))  # the objective in ticks is whole
+    start = float(math.ceil(floor_ticks - _EPS))  # the objective in ticks is whole
+    best = start
     reported = best
 
     def proven(ticks: float) -> None:
@@ -812,18 +813,13 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         if done(until):
             break
         solved += relax([d], until)
-    if len(devices) < 2 or solved < len(devices):
-        return _above(best, floor_ticks)  # a device alone was not solved: a group, a harder model, would not be
-    group: list[int] | None = list(devices)
-    groups_until = min(until, time.monotonic() + DEVICE_GROUP_S)
-    while group is not None and not done(groups_until) and relax(group, groups_until):
-        group = device_bound.grown(ticked, group) if len(group) < DEVICE_GROUP_MAX else None
-    return _above(best, floor_ticks)
-
-
-def _above(ticks: float, floor_ticks: float) -> float:
-    """``ticks`` when it is above the bound ``floor_ticks`` proven before (rounded up to whole ticks), else 0."""
-    return ticks if ticks > math.ceil(floor_ticks - _EPS) else 0.0
+    # Groups only when every device alone was solved: where one was not, a group, a harder model, would not be.
+    if len(devices) > 1 and solved == len(devices):
+        group: list[int] | None = list(devices)
+        groups_until = min(until, time.monotonic() + DEVICE_GROUP_S)
+        while group is not None and not done(groups_until) and relax(group, groups_until):
+            group = device_bound.grown(ticked, group) if len(group) < DEVICE_GROUP_MAX else None
+    return best if best > start else 0.0
 
 
 def _search_deadline(deadline: float, num_ops: int) -> float:

@@ -12,6 +12,7 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pipeplan
@@ -60,11 +61,13 @@ def _signal_in(exc: Exception) -> BaseException | None:
     return cause if isinstance(exc, SystemError) and cause is not None and _is_signal(cause) else None
 
 
-def _wait(ray: Any, waiting: list[Any]) -> tuple[list[Any], list[Any]]:
-    """``ray.wait`` for one of ``waiting``, at most :data:`_POLL_S`; a signal's exception raised while it runs is
-    raised as itself (see :func:`_signal_in`), so that an abort is an abort and not an internal error."""
+@contextmanager
+def _signals_as_themselves() -> Iterator[None]:
+    """Around a call into Ray's compiled code (its wait, its get): a signal's exception raised while it runs is
+    raised as itself (see :func:`_signal_in`), so that an abort is an abort and not an internal error or a failed
+    task; any other exception passes unchanged."""
     try:
-        return ray.wait(waiting, num_returns=1, timeout=_POLL_S)  # type: ignore[no-any-return]
+        yield
     except SystemError as exc:
         if (signalled := _signal_in(exc)) is not None:
             raise signalled from None
@@ -143,13 +146,13 @@ class RayExecutor:
             while waiting:
                 if should_stop is not None and should_stop():
                     return
-                done, waiting = _wait(ray, waiting)
+                with _signals_as_themselves():
+                    done, waiting = ray.wait(waiting, num_returns=1, timeout=_POLL_S)
                 for ref in done:
                     try:
-                        result: TaskResult = ray.get(ref)
+                        with _signals_as_themselves():
+                            result: TaskResult = ray.get(ref)
                     except Exception as exc:  # the worker died (out of memory, node lost): that task failed
-                        if (signalled := _signal_in(exc)) is not None:
-                            raise signalled from None  # not the task: a signal arrived while Ray fetched it
                         result = TaskResult(refs[ref], error=f"{type(exc).__name__}: {exc}".splitlines()[0])
                     yield result
         except BaseException as exc:
