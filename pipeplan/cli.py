@@ -783,11 +783,14 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
             _TaskProgress(quiet, show_progress) as progress:
         result = run_study(loaded, time_limit_s=time_limit, progress=progress, executor=place.executor,
                            store=place.store, refresh=refresh, should_stop=lambda: stop.requested)
+        # A Ctrl-C after the last task finished still stops the run before the folder is written.
+        written = False
         if out is not None and not stop.requested:
             write_size_folder(out, place.force, result, top, extra=place.add_store_copy)
+            written = True
     console = _console()
     stats = result.stats
-    if stats.stopped:
+    if stats.stopped or (stop.requested and not written):
         console.print(*top_table(f"{loaded.name}: top {top} of the configurations finished", result.frame, top,
                                  console.width))
         place.summary(console, stats.total, stats.reused, stats.failures)

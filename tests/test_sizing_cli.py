@@ -4,6 +4,9 @@ matched to its message, with exit status 2, no traceback and nothing written."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ import yaml
 
 from pipeplan import load_config
 from pipeplan.cli import USER_ERROR, main
+from pipeplan.sizing import study as study_module
 from pipeplan.sizing.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,6 +115,34 @@ BAD_STUDIES: list[tuple[str, Any, str]] = [
     ("yaml-syntax", "model: [llama\n", "YAML syntax error at line"),
     ("top-level-list", "- 1\n- 2\n", "a study file must be a mapping"),
 ]
+
+
+def test_a_ctrl_c_after_the_last_task_stops_before_the_folder_and_exits_130(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C that lands once every task has finished, before the folder is written, stops the run there as a
+    Ctrl-C during the sweep does (the finished rows shown, status 130, DIR holding only the store), instead of
+    printing "wrote" for files it did not write and exiting 0; the same command then writes the folder from the
+    store."""
+    study = write_study(tmp_path, {**GOOD, "search": {**GOOD["search"], "schedules": ["1f1b"]}})
+    out = tmp_path / "sized"
+    real = study_module.run_study
+
+    def then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # taken by the command's own handler, as a first Ctrl-C
+        return result
+
+    monkeypatch.setattr(study_module, "run_study", then_ctrl_c)
+    code, stdout, stderr = run(capsys, "size", study, "--out", str(out), "--quiet")
+    assert code == 130, stderr
+    finished = re.search(r"interrupted: (\d+) of (\d+) tasks finished", stderr)
+    assert finished is not None and finished[1] == finished[2], stderr
+    assert "wrote" not in stdout and [p.name for p in out.iterdir()] == ["store.sqlite"]
+    monkeypatch.undo()
+    code, stdout, stderr = run(capsys, "size", study, "--out", str(out), "--quiet")
+    assert code == 0, stderr
+    assert f"{finished[2]} of {finished[2]} results came from the store" in stdout
+    assert sorted(p.name for p in out.iterdir()) == ["best.yaml", "report.html", "store.sqlite", "sweep.csv"]
 
 
 @pytest.mark.parametrize(("fixture", "content", "message"), BAD_STUDIES, ids=[row[0] for row in BAD_STUDIES])
