@@ -783,20 +783,23 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
             _TaskProgress(quiet, show_progress) as progress:
         result = run_study(loaded, time_limit_s=time_limit, progress=progress, executor=place.executor,
                            store=place.store, refresh=refresh, should_stop=lambda: stop.requested)
-        # A Ctrl-C after the last task finished still stops the run before the folder is written.
+        # A Ctrl-C after the last task finished still keeps the folder from being written, as one during the sweep
+        # does (the same command then writes it from the store); one while it is written lets it finish.
         written = False
         if out is not None and not stop.requested:
             write_size_folder(out, place.force, result, top, extra=place.add_store_copy)
             written = True
     console = _console()
     stats = result.stats
-    if stats.stopped or (stop.requested and not written):
+    if stats.stopped or (out is not None and not written):
         console.print(*top_table(f"{loaded.name}: top {top} of the configurations finished", result.frame, top,
                                  console.width))
         place.summary(console, stats.total, stats.reused, stats.failures)
-        where = f" (kept in {place.store_path})" if place.store_path is not None else ""
-        click.echo(f"pipeplan: interrupted: {stats.done} of {stats.total} tasks finished{where}; run the same "
-                   "command again to resume", err=True)
+        if place.store_path is not None:
+            after = f" (kept in {place.store_path}); run the same command again to resume"
+        else:
+            after = "; none was stored (--out DIR or --store FILE keeps finished tasks for the next run)"
+        click.echo(f"pipeplan: interrupted: {stats.done} of {stats.total} tasks finished{after}", err=True)
         raise click.exceptions.Exit(INTERRUPTED)
     console.print(*top_table(f"{loaded.name}: top {top} configurations that fit", result.frame, top, console.width))
     if result.frame["num_gpus"].nunique() > 1:
@@ -809,6 +812,9 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     place.summary(console, stats.total, stats.reused, stats.failures)
     if out is not None:
         console.print(f"wrote {out}/sweep.csv, report.html, best.yaml{', ' + STORE_NAME if place.in_out else ''}")
+    if stop.requested:  # a Ctrl-C after the last task finished: with no folder to hold back, or while it was written
+        click.echo("pipeplan: interrupted after every task had finished: the results above are complete", err=True)
+        raise click.exceptions.Exit(INTERRUPTED)
 
 
 @cli.command("presets", short_help="List the model and hardware presets of 'pipeplan size'.")

@@ -4,7 +4,6 @@ matched to its message, with exit status 2, no traceback and nothing written."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 from pathlib import Path
@@ -117,29 +116,37 @@ BAD_STUDIES: list[tuple[str, Any, str]] = [
 ]
 
 
-def test_a_ctrl_c_after_the_last_task_stops_before_the_folder_and_exits_130(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Ctrl-C that lands once every task has finished, before the folder is written, stops the run there as a
-    Ctrl-C during the sweep does (the finished rows shown, status 130, DIR holding only the store), instead of
-    printing "wrote" for files it did not write and exiting 0; the same command then writes the folder from the
-    store."""
+@pytest.mark.parametrize("with_out", [True, False], ids=["out", "no-out-no-store"])
+def test_a_ctrl_c_after_the_last_task_exits_130_and_never_claims_a_folder(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_out: bool) -> None:
+    """A Ctrl-C that lands once every task has finished. With --out it keeps the folder from being written, as a
+    Ctrl-C during the sweep does (the finished rows shown, status 130, DIR holding only the store; it used to
+    print "wrote" for files it had not written and exit 0), and the same command then writes the folder from the
+    store. With no folder and no store the results are complete: all of them are shown, then status 130."""
     study = write_study(tmp_path, {**GOOD, "search": {**GOOD["search"], "schedules": ["1f1b"]}})
     out = tmp_path / "sized"
     real = study_module.run_study
 
     def then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
         result = real(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)  # taken by the command's own handler, as a first Ctrl-C
+        signal.raise_signal(signal.SIGINT)  # taken by the command's own handler, as a first Ctrl-C
         return result
 
     monkeypatch.setattr(study_module, "run_study", then_ctrl_c)
-    code, stdout, stderr = run(capsys, "size", study, "--out", str(out), "--quiet")
+    where = ["--out", str(out)] if with_out else []
+    code, stdout, stderr = run(capsys, "size", study, *where, "--quiet")
     assert code == 130, stderr
-    finished = re.search(r"interrupted: (\d+) of (\d+) tasks finished", stderr)
+    assert "wrote" not in stdout and "Traceback" not in stderr
+    if not with_out:
+        assert "configurations that fit" in stdout and "against 1F1B's" in stdout
+        assert "interrupted after every task had finished: the results above are complete" in stderr
+        assert [p.name for p in tmp_path.iterdir()] == ["study.yaml"]
+        return
+    finished = re.search(r"interrupted: (\d+) of (\d+) tasks finished \(kept in ", stderr)
     assert finished is not None and finished[1] == finished[2], stderr
-    assert "wrote" not in stdout and [p.name for p in out.iterdir()] == ["store.sqlite"]
+    assert [p.name for p in out.iterdir()] == ["store.sqlite"]
     monkeypatch.undo()
-    code, stdout, stderr = run(capsys, "size", study, "--out", str(out), "--quiet")
+    code, stdout, stderr = run(capsys, "size", study, *where, "--quiet")
     assert code == 0, stderr
     assert f"{finished[2]} of {finished[2]} results came from the store" in stdout
     assert sorted(p.name for p in out.iterdir()) == ["best.yaml", "report.html", "store.sqlite", "sweep.csv"]
