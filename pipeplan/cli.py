@@ -209,11 +209,13 @@ class _ProgressLine(_StatusLine):
             self.bound = report.bound
 
 
-def _exit_if_interrupted(stop: StopRequest) -> None:
-    """After a run that Ctrl-C cut short (its output written, marked interrupted), say so and exit 130."""
+def _exit_if_interrupted(stop: StopRequest,
+                         message: str = "interrupted: the search was stopped early; the results above are the best "
+                                        "found by then") -> None:
+    """After a run that Ctrl-C cut short (its output written, marked interrupted), say so (``message``) and exit
+    130."""
     if stop.requested:
-        click.echo("pipeplan: interrupted: the search was stopped early; the results above are the best found "
-                   "by then", err=True)
+        click.echo(f"pipeplan: {message}", err=True)
         raise click.exceptions.Exit(INTERRUPTED)
 
 
@@ -812,9 +814,8 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     place.summary(console, stats.total, stats.reused, stats.failures)
     if out is not None:
         console.print(f"wrote {out}/sweep.csv, report.html, best.yaml{', ' + STORE_NAME if place.in_out else ''}")
-    if stop.requested:  # a Ctrl-C after the last task finished: with no folder to hold back, or while it was written
-        click.echo("pipeplan: interrupted after every task had finished: the results above are complete", err=True)
-        raise click.exceptions.Exit(INTERRUPTED)
+    # A Ctrl-C after the last task finished: with no folder to hold back, or while it was written.
+    _exit_if_interrupted(stop, "interrupted after every task had finished: the results above are complete")
 
 
 @cli.command("presets", short_help="List the model and hardware presets of 'pipeplan size'.")
