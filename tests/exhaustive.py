@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Iterator, Sequence
 
 from hypothesis import strategies as st
@@ -14,6 +15,12 @@ from pipeplan.lattice import order_fits
 from pipeplan.solver import _Model, tick_problem
 
 OBJECTIVES = ("makespan", "stage_span")
+
+
+def examples(ci: int, local: int) -> int:
+    """How many examples a costly property test draws: ``ci`` when the CI variable is set (the suite must stay
+    within its time on CI's two cores), ``local`` otherwise."""
+    return ci if os.environ.get("CI") else local
 
 
 def orders_of(ops: Sequence[Op], before: set[tuple[Op, Op]]) -> Iterator[list[Op]]:

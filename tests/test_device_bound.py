@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import time
 
 import pytest
 from exhaustive import (
     OBJECTIVES,
+    examples,
     family,
     feasible_timelines,
     larger_problems,
@@ -198,7 +198,7 @@ def _relabelled(ticked: Problem, timeline: Timeline) -> dict[Op, int]:
             for (kind, stage), times in starts.items() for m, start in enumerate(sorted(times))}
 
 
-@settings(max_examples=15 if os.environ.get("CI") else 25, deadline=None,
+@settings(max_examples=examples(15, 25), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(larger_problems(), small_problems()))
 def test_every_warm_start_meets_every_lag_other_devices_memory_implies(problem: Problem) -> None:
@@ -339,7 +339,7 @@ def test_three_devices_exact_at_once_prove_more_than_two(monkeypatch: pytest.Mon
     assert device_bound() == 3722
 
 
-@settings(max_examples=20 if os.environ.get("CI") else 30, deadline=None,
+@settings(max_examples=examples(20, 30), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(tiny_problems(), tiny_chunk_problems()))
 def test_bound_holds_for_every_feasible_order_of_tiny_problems(problem: Problem) -> None:

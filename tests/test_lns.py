@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import re
 import time
 from typing import Any
 
 import pytest
-from exhaustive import small_problems
+from exhaustive import examples, small_problems
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid
@@ -342,7 +341,7 @@ def fixed_to(model: cp_model.CpModel, base: lns.LnsModel, starts: dict[Any, int]
     return solver.solve(fixed) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
-@settings(max_examples=10 if os.environ.get("CI") else 30, deadline=None)
+@settings(max_examples=examples(10, 30), deadline=None)
 @given(problem=small_problems(), begin=st.floats(0.0, 1.0), width=st.floats(0.05, 0.5),
        objective=st.sampled_from(["makespan", "stage_span"]), free_forward=st.booleans())
 def test_a_neighbourhood_holds_what_it_should_and_nothing_more(problem: Problem, begin: float, width: float,

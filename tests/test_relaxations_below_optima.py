@@ -8,9 +8,7 @@ ones; this file holds the check against proven optima, so that the costly proof 
 
 from __future__ import annotations
 
-import os
-
-from exhaustive import OBJECTIVES, proven_optimum, small_problems
+from exhaustive import OBJECTIVES, examples, proven_optimum, small_problems
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_device_bound import _bound as device_relaxation_bound
@@ -22,7 +20,7 @@ from pipeplan import Problem
 EPS = 1e-9
 
 
-@settings(max_examples=6 if os.environ.get("CI") else 8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(6, 8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(), st.sampled_from(OBJECTIVES))
 def test_no_relaxation_bound_exceeds_an_optimum_proven_without_it(problem: Problem, objective: str) -> None:
     optimum = proven_optimum(problem, objective)
