@@ -5,17 +5,45 @@ The flow: a config is loaded into a :class:`Problem`; a generator (or the CP-SAT
 :func:`compute_metrics` measures it. :func:`solve` finds the optimal schedule for a budget with CP-SAT.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pipeplan.config import Config, SolverSettings, load_config
 from pipeplan.metrics import Metrics, compute_metrics, memory_timeline
-from pipeplan.planner import plan
 from pipeplan.problem import ConfigError, Op, OpKind, Problem
 from pipeplan.schedule import NotApplicable, Schedule, ScheduleError
 from pipeplan.schedules import generate
 from pipeplan.schedules import names as schedule_names
 from pipeplan.simulate import Timeline, simulate
-from pipeplan.solver import InfeasibleBudget, SolveResult, solve
 
 __version__ = "0.1.0"
+
+# The names from the planner and the solver (which load OR-Tools, about a second) are imported on first use
+# (PEP 562), so that ``import pipeplan`` and the command's entry point (:mod:`pipeplan.entry`) stay quick: a
+# Ctrl-C in the first second of a command then meets the entry point's handler, not a traceback from an import.
+# The names above load little (PyYAML) and stay plain imports: ``simulate`` must, since importing the submodule
+# of that name binds the module to ``pipeplan.simulate`` unless the function already is.
+_LAZY = {"plan": "pipeplan.planner", "InfeasibleBudget": "pipeplan.solver", "SolveResult": "pipeplan.solver",
+         "solve": "pipeplan.solver"}
+
+if TYPE_CHECKING:
+    from pipeplan.planner import plan
+    from pipeplan.solver import InfeasibleBudget, SolveResult, solve
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'pipeplan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "Config",

@@ -209,9 +209,10 @@ class _ProgressLine(_StatusLine):
             self.bound = report.bound
 
 
-def _exit_if_interrupted(stop: StopRequest,
-                         message: str = "interrupted: the search was stopped early; the results above are the best "
-                                        "found by then") -> None:
+_INTERRUPTED_SEARCH = "interrupted: the search was stopped early; the results above are the best found by then"
+
+
+def _exit_if_interrupted(stop: StopRequest, message: str = _INTERRUPTED_SEARCH) -> None:
     """After a run that Ctrl-C cut short (its output written, marked interrupted), say so (``message``) and exit
     130."""
     if stop.requested:
@@ -372,9 +373,12 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
 
         with _Writing(not quiet, str(out)):
             write_results(out, summary, comparison.timelines(), force=force, extra=add_report)
+    # A Ctrl-C after the search ended (while the report was written, say) left the answer whole.
+    late = "interrupted after the search had finished: the results above are complete"
+    message = _INTERRUPTED_SEARCH if comparison.optimal.interrupted else late
     if fmt == "json":
         click.echo(json.dumps(summary, indent=2))
-        _exit_if_interrupted(stop)
+        _exit_if_interrupted(stop, message)
         return
     from pipeplan.report.tables import comparison_table, format_gap
 
@@ -398,7 +402,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
             "them under pipeline: to optimize that layout", soft_wrap=True)
     if out is not None:
         console.print(f"wrote {out}/summary.json, metrics.csv, schedules/, report.html")
-    _exit_if_interrupted(stop)
+    _exit_if_interrupted(stop, message)
 
 
 @cli.command(short_help="Re-render report.html from a result folder.")
@@ -417,8 +421,10 @@ def report(folder: Path, out: Path | None, force: bool) -> None:
     Example:
       pipeplan report results/seed --force
     """
+    from pipeplan.report.files import read_summary
     from pipeplan.report.html import REPORT_NAME, render_folder
 
+    read_summary(folder)  # a folder of another command fails here, before its own report.html is in the way
     target = out if out is not None else folder / REPORT_NAME
     if not _is_stdout(target):
         check_output_file(target, force)
@@ -620,17 +626,33 @@ class _SweepPlace:
         if self.in_out and self.store is not None:
             self.store.copy_to(folder / STORE_NAME)
 
-    def summary(self, console: Console, total: int, reused: int, failures: dict[str, str]) -> None:
-        """Say how many results came from the store, and list the tasks that failed."""
+    def summary(self, console: Console, total: int, reused: int, ran: int, failures: dict[str, str]) -> None:
+        """Say how many results came from the store (and, when the sweep was stopped, how many ran and how many
+        did not), and list the tasks that failed."""
         if self.store_path is not None:
-            console.print(f"{reused} of {total} results came from the store {self.store_path}"
-                          f"{'' if reused else ' (none: all were run)'}", style="dim", soft_wrap=True,
-                          highlight=False)
+            text = f"{reused} of {total} results came from the store {self.store_path}"
+            if reused + ran < total:
+                text += f"; {ran} ran, {total - reused - ran} did not (stopped)"
+            elif not reused:
+                text += " (none: all were run)"
+            console.print(text, style="dim", soft_wrap=True, highlight=False)
         if failures:
             console.print(f"{len(failures)} task(s) failed (recorded in the store; a re-run tries them again):",
                           style="yellow", highlight=False)
             for label, error in failures.items():
                 console.print(f"  {label}: {error}", style="yellow", soft_wrap=True, highlight=False)
+
+
+def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, written: Path | None = None) -> str:
+    """The message after a sweep that Ctrl-C stopped: how many of its ``what`` finished, and whether a rerun
+    resumes it (``written``: the --out folder the finished ones were written to, which a rerun must replace)."""
+    if store_path is not None:
+        also = "" if written is None else f", and written to {written}"
+        again = "again" if written is None else "with --force"
+        after = f" (kept in {store_path}{also}); run the same command {again} to resume"
+    else:
+        after = "; none was stored (--out DIR or --store FILE keeps finished tasks for the next run)"
+    return f"interrupted: {done} of {total} {what} finished{after}"
 
 
 def parse_budgets(text: str) -> list[float]:
@@ -718,9 +740,16 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
         if row.note:
             console.print(f"budget {row.budget:g}: {row.note}", style="yellow", soft_wrap=True)
     if tasks:
-        place.summary(console, stats["total"], stats["reused"], stats["failures"])
+        place.summary(console, stats["total"], stats["reused"], stats["ran"], stats["failures"])
     if out is not None and written:
         console.print(f"wrote {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}")
+    if tasks:
+        done = stats["reused"] + stats["ran"]
+        if done < stats["total"]:
+            message = stopped_sweep(done, stats["total"], "budgets", place.store_path, out if written else None)
+        else:
+            message = "interrupted after every budget had finished: the results above are complete"
+        _exit_if_interrupted(stop, message)
     _exit_if_interrupted(stop)
 
 
@@ -796,12 +825,8 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     if stats.stopped or (out is not None and not written):
         console.print(*top_table(f"{loaded.name}: top {top} of the configurations finished", result.frame, top,
                                  console.width))
-        place.summary(console, stats.total, stats.reused, stats.failures)
-        if place.store_path is not None:
-            after = f" (kept in {place.store_path}); run the same command again to resume"
-        else:
-            after = "; none was stored (--out DIR or --store FILE keeps finished tasks for the next run)"
-        click.echo(f"pipeplan: interrupted: {stats.done} of {stats.total} tasks finished{after}", err=True)
+        place.summary(console, stats.total, stats.reused, stats.ran, stats.failures)
+        click.echo(f"pipeplan: {stopped_sweep(stats.done, stats.total, 'tasks', place.store_path)}", err=True)
         raise click.exceptions.Exit(INTERRUPTED)
     console.print(*top_table(f"{loaded.name}: top {top} configurations that fit", result.frame, top, console.width))
     if result.frame["num_gpus"].nunique() > 1:
@@ -811,7 +836,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     over = int((result.frame["skipped"].isna() & ~result.frame["fits"]).sum())
     console.print(f"{len(result.frame)} rows: {int(result.frame['fits'].sum())} fit, {over} over memory, "
                   f"{skipped} skipped (see sweep.csv)", style="dim", soft_wrap=True)
-    place.summary(console, stats.total, stats.reused, stats.failures)
+    place.summary(console, stats.total, stats.reused, stats.ran, stats.failures)
     if out is not None:
         console.print(f"wrote {out}/sweep.csv, report.html, best.yaml{', ' + STORE_NAME if place.in_out else ''}")
     # A Ctrl-C after the last task finished: with no folder to hold back, or while it was written.
@@ -876,8 +901,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = cli.main(args=args, prog_name="pipeplan", standalone_mode=False, obj=run)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.ClickException as exc:
+    except click.exceptions.NoArgsIsHelpError as exc:  # no command: the help
         exc.show()
+        return exc.exit_code
+    except click.ClickException as exc:  # a bad flag or argument: one line, as for every user error
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        click.echo(f"pipeplan: error: {exc.format_message().rstrip('.')}{hint}", err=True)
         return exc.exit_code
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("pipeplan: interrupted", err=True)

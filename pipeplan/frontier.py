@@ -170,8 +170,9 @@ def frontier(
     A budget that admits no schedule gets one optimizer row with status INFEASIBLE and the reason in ``note``.
     Raises :class:`~pipeplan.solver.InfeasibleBudget` (a :class:`ConfigError`) when no budget admits one,
     naming the smallest budget that would.
-    ``stop`` ends the sweep early: the budget being solved keeps its best schedule so far and the larger budgets
-    are left out.
+    ``stop`` ends the sweep early: without ``executor`` and ``store`` the budget being solved keeps its best
+    schedule so far and the larger budgets are left out; with them, every budget whose task had not finished is
+    left out (and not stored: a re-run solves it in full).
     """
     ordered = sorted({float(b) for b in budgets})
     if not ordered:
@@ -228,14 +229,17 @@ def _raise_none_fits(problem: Problem, ordered: list[float]) -> None:
 FAILED = "FAILED"
 
 
-def _solve_budget(job: tuple[Problem, SolverSettings]) -> TaskOutput:
+def _solve_budget(job: tuple[Problem, SolverSettings, StopRequest | None]) -> TaskOutput:
     """One budget's solve, on its own (a module-level function, so that worker processes can run it): the
-    answer's proof and schedule, or the reason no schedule fits."""
-    problem, settings = job
+    answer's proof and schedule, or the reason no schedule fits. A solve the stop request ended early (the task
+    ran in this process) is cut short: its answer is not the time limit's, so it is neither stored nor shown."""
+    problem, settings, stop = job
     try:
-        result = solve(problem, settings)
+        result = solve(problem, settings, stop=stop)
     except InfeasibleBudget as exc:
         return TaskOutput({"infeasible": str(exc)})
+    if result.interrupted:
+        return TaskOutput({}, cut_short=True)
     record = {"lower_bound": result.lower_bound, "solve_time_s": result.solve_time_s, "source": result.source}
     return TaskOutput.of(record, problem, result.schedule)
 
@@ -252,11 +256,11 @@ def _frontier_tasks(problem: Problem, ordered: list[float], settings: SolverSett
         except ConfigError as exc:
             rows_at[budget] = [_infeasible_row(budget, str(exc))]
     tasks = {budget: Task(task_key("frontier", {"problem": p, "settings": settings}), f"budget {budget:g}",
-                          (p, settings)) for budget, p in at.items()}  # keyed by budget
+                          (p, settings, stop)) for budget, p in at.items()}  # keyed by budget
     outcome = run_tasks(list(tasks.values()), _solve_budget, kind="frontier", executor=executor, store=store,
                         refresh=refresh, num_cpus=settings.num_workers, progress=progress,
                         should_stop=None if stop is None else (lambda: stop.requested))
-    stats.update(total=len(tasks), reused=outcome.reused,
+    stats.update(total=len(tasks), reused=outcome.reused, ran=outcome.ran,
                  failures={tasks[b].label: outcome.failures[t.key] for b, t in tasks.items()
                            if t.key in outcome.failures})
     previous: tuple[float, Schedule, float] | None = None  # (budget, schedule, objective) of the best answer below

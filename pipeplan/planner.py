@@ -103,21 +103,28 @@ def plan(
     activation: float | list[float] = 1.0,
     weight_activation: float | list[float] = 0.0,
     num_chunks: int | None = None,
-    placement: str = "loop",
+    placement: str | None = None,
 ) -> dict[str, Any]:
     """Choose a schedule for a pipeline of ``num_stages`` devices and ``total_microbatches`` microbatches.
 
     ``memory_budget`` is the live activation memory each device may hold, in the unit of ``activation``
     (None: unlimited). Costs and memory are per device (a number, or a list of ``num_stages`` values). Without
     ``num_chunks`` the planner also tries 2 chunks per device, in loop and V placement (:data:`LAYOUTS`), for
-    interleaved 1F1B and ZB-V; the model is the same, each device's share split evenly over its chunks.
+    interleaved 1F1B and ZB-V; the model is the same, each device's share split evenly over its chunks. With
+    ``placement`` ("loop" or "v") but no ``num_chunks`` it tries that placement's layouts only; with
+    ``num_chunks``, that many chunks in ``placement`` (default "loop").
 
     Returns ``{"chosen": {...}, "candidates": [...]}``; each entry has the fields of
     :class:`~pipeplan.metrics.Metrics` plus ``fits`` (within the budget), ``num_chunks``, ``placement`` and, for
     GPipe, ``microbatches_per_flush``. Raises :class:`ConfigError` (a ``ValueError``) on invalid input, e.g. a
     budget below one activation.
     """
-    layouts = LAYOUTS if num_chunks is None else ((num_chunks, placement),)
+    if num_chunks is not None:
+        layouts: Sequence[tuple[int, str]] = ((num_chunks, placement or "loop"),)
+    elif placement is not None:  # an unknown placement: Problem.build names the ones there are
+        layouts = [layout for layout in LAYOUTS if layout[1] == placement] or [(1, placement)]
+    else:
+        layouts = LAYOUTS
     evaluated: list[tuple[Problem, Metrics]] = []
     for chunks, where in layouts:
         with _named_as_plan_keywords():
@@ -135,6 +142,9 @@ def plan(
                 placement=where,
             )
         evaluated.extend((problem, compute_metrics(simulate(problem, s))) for s in candidate_schedules(problem))
+    if not evaluated:  # GPipe applies to one chunk, interleaved 1F1B to loop placement: only V can have none
+        raise ConfigError("no schedule applies: every registered schedule in V placement splits the backward into "
+                          "B and W; give backward_weight > 0 (or placement='loop')")
     picked = choose([m for _, m in evaluated], [p.num_chunks for p, _ in evaluated])
     if picked is None:
         raise ConfigError("no schedule fits memory_budget; raise it (GPipe with one microbatch per flush needs "

@@ -109,6 +109,9 @@ def np_bool_types() -> tuple[type, ...]:
 
 def _as_count(name: str, value: object, minimum: int = 1) -> int:
     """``value`` as a whole number >= ``minimum`` (a Python or NumPy integer), else a :class:`ConfigError`."""
+    if isinstance(value, float) and value.is_integer() and minimum <= value < 1e18:
+        raise ConfigError(f"{name} must be a whole number >= {minimum} without a decimal point, got {value!r}; "
+                          f"write {int(value)}")
     if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np_bool_types())):
         raise ConfigError(f"{name} must be a whole number >= {minimum}, got {shown(value)}")
     count = int(value)

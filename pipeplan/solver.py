@@ -172,6 +172,11 @@ class StopRequest:
         with self._lock:
             self._solvers.remove(solver)
 
+    def __reduce__(self) -> tuple[type[StopRequest], tuple[()]]:
+        """Sent to another process (a sweep's task on a worker), a request arrives fresh and never requested: a
+        Ctrl-C there is its parent's to handle, which ends the workers. In this process it stays the same."""
+        return StopRequest, ()
+
 
 class InfeasibleBudget(ConfigError):
     """No schedule at all fits the budget; the message gives the smallest budget that would."""

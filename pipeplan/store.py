@@ -141,6 +141,9 @@ class TaskOutput:
     record: dict[str, Any]
     problem_json: str | None = None
     orders_json: str | None = None
+    # The task was stopped before it finished (a stop request reached it in this process): :func:`run_tasks`
+    # neither stores nor returns it, and counts it as not run.
+    cut_short: bool = False
 
     @classmethod
     def of(cls, record: dict[str, Any], problem: Problem | None = None,
@@ -352,6 +355,9 @@ def run_tasks(tasks: Sequence[Task], function: Callable[[Any], TaskOutput], *, k
         results = executor.map(function, [task.input for task in todo], num_cpus=num_cpus, should_stop=should_stop)
     for result in results:
         task = todo[result.index]
+        if result.ok and result.value.cut_short:
+            log.info("task %s was stopped before it finished: left out", task.label)
+            break  # only a stop in this process cuts a task short: the sweep is stopping
         outcome.ran += 1
         if result.ok:
             outcome.records[task.key] = result.value

@@ -17,6 +17,8 @@ BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-wrong-type-count.yaml", "pipeline.num_stages must be a whole number >= 1, got 'eight'"),
     ("bad-wrong-type-cost.yaml", "costs.forward must be a finite number or a list of finite numbers, got 'fast'"),
     ("bad-fractional-count.yaml", "pipeline.num_microbatches must be a whole number >= 1, got 8.5"),
+    ("bad-decimal-point-count.yaml", "pipeline.num_stages must be a whole number >= 1 without a decimal point, got "
+     "4.0; write 4"),
     ("bad-inf-cost.yaml", "costs.forward must be a finite number or a list of finite numbers, got inf"),
     ("bad-nan-cost.yaml", "costs.backward must be a finite number or a list of finite numbers, got nan"),
     ("bad-negative-cost.yaml", "costs.comm must be >= 0, got -0.5"),

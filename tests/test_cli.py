@@ -135,14 +135,17 @@ def test_a_narrow_terminal_gets_the_solve_table_whole(
         (["simulate", "--schedule", "1f1b"], "Missing argument 'CONFIG'"),
         (["simulate", SEED, "--schedule", "1f1b", "--budget", "3"], "No such option"),
         (["simulate-all", SEED], "No such command 'simulate-all'"),
+        (["solve", str(ROOT / "models")], "Invalid value for 'CONFIG': File '"),
     ],
-    ids=["unknown-schedule", "missing-schedule", "bad-format", "missing-config", "unknown-flag", "unknown-command"],
+    ids=["unknown-schedule", "missing-schedule", "bad-format", "missing-config", "unknown-flag", "unknown-command",
+         "folder-as-config"],
 )
 def test_bad_flags_exit_2_with_message(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     code, _, err = run(capsys, *argv)
     assert code == 2
     assert message in err
     assert "Traceback" not in err
+    assert err.startswith("pipeplan: error: ") and err.count("\n") == 1  # one line, as every user error
     flags = [arg for arg in argv if arg.startswith("--")]
     if message.startswith("No such option"):
         assert flags[-1] in err  # the offending flag is named
@@ -473,3 +476,53 @@ def test_optimizer_notes_say_where_the_answer_came_from_when_the_whole_model_sea
         "search: the whole-model search was stopped before it found a schedule; the answer is the best warm start "
         "(zb-h1)"]
     assert not [note for note in optimizer_notes(result) if note.startswith("search:")]  # "not needed: ..."
+
+
+def test_report_and_export_name_the_command_that_wrote_a_folder(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A frontier or size folder given to report or export is refused for what it is, before its own page is in
+    the way (report used to say "report.html already exists; pass --force", and with --force then refused it)."""
+    for marker, command, page in (("frontier.csv", "frontier", "frontier.html"), ("sweep.csv", "size", "report.html")):
+        folder = tmp_path / command
+        folder.mkdir()
+        (folder / marker).write_text("x\n", encoding="utf-8")
+        (folder / "report.html").write_text("<html></html>\n", encoding="utf-8")
+        for argv in (["report", str(folder)], ["report", str(folder), "--force"], ["export", str(folder)]):
+            code, _, err = run(capsys, *argv)
+            assert code == USER_ERROR
+            assert f"was written by 'pipeplan {command} --out' (its page: {page}); give a folder written by " \
+                   "'pipeplan solve --out'" in err, argv
+        assert (folder / "report.html").read_text(encoding="utf-8") == "<html></html>\n"
+
+
+def test_import_pipeplan_loads_nothing_heavy() -> None:
+    """The planner's and the solver's names load on first use, so the command's entry point can hold Ctrl-C back
+    before the heavy imports start (and a script that only simulates does not pay for OR-Tools); simulate stays
+    the function when its submodule is imported."""
+    code = ("import sys, pipeplan, pipeplan.entry, pipeplan.simulate; heavy = [m for m in ('ortools', 'pandas', "
+            "'click', 'rich') if m in sys.modules]; assert not heavy, heavy; assert callable(pipeplan.simulate); "
+            "assert pipeplan.solve.__module__ == 'pipeplan.solver' and 'ortools' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
+
+
+def test_a_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback() -> None:
+    """SIGINT raised while pipeplan.cli is being imported (the first second of every command): one line, 130.
+    Without the entry point holding it back, the KeyboardInterrupt escaped from the import as a traceback (or
+    was swallowed by the library whose import it hit, and the command ran on)."""
+    code = (
+        "import importlib.abc, os, signal, sys\n"
+        "class Interrupt(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'pipeplan.cli':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from pipeplan.entry import main\n"
+        "sys.exit(main(['--version']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 130
+    assert done.stderr == "pipeplan: interrupted\n" and done.stdout == ""
+    done = subprocess.run([sys.executable, "-c", code.replace("os.kill(os.getpid(), signal.SIGINT)", "pass")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and __version__ in done.stdout  # the same script without the Ctrl-C runs the command

@@ -105,8 +105,10 @@ def test_window_cuts_reach_the_forwards_of_stage_0_only() -> None:
     cut, optimal = _solve(problem, 0, limit_s=10, spacings={1: wide})
     assert optimal
     assert cut >= 7 * wide / scale
-    plain = _solve(problem, 1, limit_s=10)
-    assert plain[1] and _solve(problem, 1, limit_s=10, spacings={1: wide}) == pytest.approx(plain)
+    # Device 1's relaxation is proven in about 1.5 s on an idle core; 30 s leaves room on a loaded machine (10 s
+    # did not suffice once, with two other test runs on the same two cores).
+    plain = _solve(problem, 1, limit_s=30)
+    assert plain[1] and _solve(problem, 1, limit_s=30, spacings={1: wide}) == pytest.approx(plain)
 
 
 def test_window_cuts_raise_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import threading
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 import pipeplan.cli
+import pipeplan.frontier
 from pipeplan.cli import INTERRUPTED, TERMINATED, main
 from pipeplan.solver import StopRequest
 
@@ -65,6 +67,13 @@ def send_on_report(monkeypatch: pytest.MonkeyPatch, when: Callable[[int, Any], b
 
     monkeypatch.setattr(StopRequest, "request", record)
     monkeypatch.setattr(pipeplan.cli._ProgressLine, "__call__", report)
+
+
+def frontier_in_process(config: str, budgets: str, time_limit: str, out: Path) -> list[str]:
+    """A frontier whose budgets are tasks (--out keeps them in DIR/store.sqlite), run one at a time in this
+    process."""
+    return ["frontier", config, "--budgets", budgets, "--time-limit", time_limit, "--jobs", "1", "--out", str(out),
+            "--no-png"]
 
 
 def nth(at: int) -> Callable[[int, Any], bool]:
@@ -127,8 +136,7 @@ def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
 
     monkeypatch.setattr(pipeplan.cli._TaskProgress, "__call__", report)
     out = tmp_path / "frontier"
-    argv = ["frontier", config, "--budgets", "4:8:1", "--time-limit", "1", "--jobs", "1", "--out", str(out),
-            "--no-png"]
+    argv = frontier_in_process(config, "4:8:1", "1", out)
     code = main(argv)
     captured = capsys.readouterr()
     assert code == INTERRUPTED
@@ -142,3 +150,69 @@ def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
     assert "1 of 5 results came from the store" in captured.out
     lines = (out / "frontier.csv").read_text(encoding="utf-8").splitlines()
     assert {float(line.split(",")[0]) for line in lines[1:]} == {4.0, 5.0, 6.0, 7.0, 8.0}
+
+
+def test_ctrl_c_during_a_budgets_solve_in_process_leaves_that_budget_out_of_the_store(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path
+) -> None:
+    # With --out and one job, each budget's solve runs in this process. A Ctrl-C during the first one stops that
+    # search (not only the sweep after it); the answer it had is not the time limit's, so it is neither stored nor
+    # shown, and the same command again solves both budgets in full.
+    real_solve = pipeplan.frontier.solve
+
+    def solve_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
+        sent = {"done": False}
+
+        def on_report(_progress: Any) -> None:  # the first report comes before the search starts
+            if not sent["done"]:
+                sent["done"] = True
+                os.kill(os.getpid(), signal.SIGINT)
+
+        return real_solve(*args, **kwargs, progress=on_report)
+
+    monkeypatch.setattr(pipeplan.frontier, "solve", solve_then_ctrl_c)
+    out = tmp_path / "frontier"
+    argv = frontier_in_process(config, "5:6:1", "2", out)
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == INTERRUPTED
+    assert "0 of 2 results came from the store" in captured.out and "0 ran, 2 did not (stopped)" in captured.out
+    assert f"interrupted: 0 of 2 budgets finished (kept in {out / 'store.sqlite'}); run the same command again " \
+           "to resume" in captured.err
+    assert [p.name for p in out.iterdir()] == ["store.sqlite"]
+    monkeypatch.setattr(pipeplan.frontier, "solve", real_solve)
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "0 of 2 results came from the store" in captured.out  # the cut-short solve was not kept
+    lines = (out / "frontier.csv").read_text(encoding="utf-8").splitlines()
+    assert {float(line.split(",")[0]) for line in lines[1:]} == {5.0, 6.0}
+
+
+def test_a_ctrl_c_after_the_search_ended_says_the_answer_is_whole(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str
+) -> None:
+    # The Ctrl-C comes once the comparison has its answer (say, while the report is written): the answer is not
+    # marked interrupted, and the last line says it is complete instead of "stopped early".
+    real_compare = pipeplan.cli.compare
+
+    def compare_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
+        comparison = real_compare(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return comparison
+
+    monkeypatch.setattr(pipeplan.cli, "compare", compare_then_ctrl_c)
+    code = main(["solve", config, "--time-limit", "1", "--format", "json", "--quiet"])
+    captured = capsys.readouterr()
+    assert code == INTERRUPTED
+    assert json.loads(captured.out)["interrupted"] is False
+    assert "interrupted after the search had finished: the results above are complete" in captured.err
+    assert "stopped early" not in captured.err
+
+
+def test_a_stop_request_sent_to_another_process_arrives_fresh() -> None:
+    """A sweep's task carries the stop request; pickled for a worker process it is a new, unrequested one (the
+    parent ends its workers itself), and a requested one stays requested in this process."""
+    stop = StopRequest()
+    stop.request()
+    copy = pickle.loads(pickle.dumps(stop))
+    assert isinstance(copy, StopRequest) and not copy.requested and stop.requested

@@ -117,6 +117,23 @@ def test_planner_picks_zb_v_when_it_fits() -> None:
     assert chosen["fits"] and chosen["peak_memory"] <= 4
 
 
+def test_a_placement_without_chunks_keeps_the_planner_to_that_placement() -> None:
+    """placement alone picks the layouts the planner tries (it used to be ignored without num_chunks); V with an
+    unsplit backward has no schedule at all, and the error says which keyword to change."""
+    result = plan(num_stages=4, total_microbatches=16, forward=1.0, backward=1.0, backward_weight=1.0,
+                  placement="v")
+    assert {(c["num_chunks"], c["placement"]) for c in result["candidates"]} == {(2, "v")}
+    assert result["chosen"]["placement"] == "v"
+    result = plan(num_stages=4, total_microbatches=8, placement="loop")
+    assert {(c["num_chunks"], c["placement"]) for c in result["candidates"]} == {(1, "loop"), (2, "loop")}
+    unsplit_v = r"no schedule applies: .* give backward_weight > 0 \(or placement='loop'\)"
+    for keywords in ({"placement": "v"}, {"num_chunks": 2, "placement": "v"}):
+        with pytest.raises(ConfigError, match=unsplit_v):
+            plan(num_stages=4, total_microbatches=8, **keywords)
+    with pytest.raises(ConfigError, match="placement must be one of loop, v, got 'w'"):
+        plan(num_stages=4, total_microbatches=8, placement="w")
+
+
 def test_with_layout_keeps_each_devices_share() -> None:
     """Cutting a model into chunks and back changes nothing per device; budgets stay per device."""
     problem = Problem.build(

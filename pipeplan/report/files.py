@@ -431,20 +431,32 @@ def _timeline_from_record(problem: Problem, name: str, flushes: int, record: Any
     return timeline
 
 
+def read_summary(folder: Path) -> dict[str, Any]:
+    """The summary.json of a folder written by ``pipeplan solve --out``, its fields checked (a quick look before a
+    long read: a command fails on the folder before it fails on its output). Raises :class:`ConfigError` naming
+    the fix when the folder or the file is missing or malformed."""
+    if not folder.is_dir():
+        raise ConfigError(f"results folder {str(folder)!r} does not exist; give a folder written by "
+                          "'pipeplan solve --out'")
+    for marker, command, page in (("sweep.csv", "size", "report.html"), ("frontier.csv", "frontier", "frontier.html")):
+        if (folder / marker).is_file() and not (folder / "summary.json").exists():
+            raise ConfigError(f"{str(folder)!r} was written by 'pipeplan {command} --out' (its page: {page}); give "
+                              "a folder written by 'pipeplan solve --out'")
+    summary = _read_json(folder / "summary.json", folder)
+    _check_shape(summary, folder / "summary.json")
+    if "config" not in summary:
+        raise ConfigError(f"{folder / 'summary.json'} has no 'config' record (written by an older pipeplan); "
+                          "run 'pipeplan solve CONFIG --out DIR' again")
+    return dict(summary)
+
+
 def read_results(folder: Path) -> Results:
     """Read a folder written by ``pipeplan solve --out``: rebuild its config and replay every schedule in it.
 
     Raises :class:`ConfigError` naming the file when something is missing, malformed or inconsistent.
     """
     folder = Path(folder)
-    if not folder.is_dir():
-        raise ConfigError(f"results folder {str(folder)!r} does not exist; give a folder written by "
-                          "'pipeplan solve --out'")
-    summary = _read_json(folder / "summary.json", folder)
-    _check_shape(summary, folder / "summary.json")
-    if "config" not in summary:
-        raise ConfigError(f"{folder / 'summary.json'} has no 'config' record (written by an older pipeplan); "
-                          "run 'pipeplan solve CONFIG --out DIR' again")
+    summary = read_summary(folder)
     try:
         config = config_from_dict(summary["config"])
     except ConfigError as exc:
