@@ -791,7 +791,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
 
     STUDY names a model and a GPU (presets, see 'pipeplan presets'), GPU counts, batch, sequence length and
     the search space. Prints the top configurations and the optimal schedule's gain over 1F1B on the best
-    one; with --out, DIR/report.html shows it all and DIR/best.yaml is a config for 'pipeplan solve'.
+    one's parallel sizes with one chunk per device; with --out, DIR/report.html shows it all and DIR/best.yaml is a config for 'pipeplan solve'.
 
     Each configuration and schedule is a task, run on --jobs local processes (default: the study's
     "processes") or on Ray (--ray). Finished tasks go to a store (DIR/store.sqlite with --out, or --store FILE)
