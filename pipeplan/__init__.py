@@ -7,8 +7,9 @@ The flow: a config is loaded into a :class:`Problem`; a generator (or the CP-SAT
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+from typing import TYPE_CHECKING
+from typing import Any as _Any
 
 from pipeplan.config import Config, SolverSettings, load_config
 from pipeplan.metrics import Metrics, compute_metrics, memory_timeline
@@ -33,10 +34,15 @@ if TYPE_CHECKING:
     from pipeplan.solver import InfeasibleBudget, SolveResult, solve
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'pipeplan' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
+def __getattr__(name: str) -> _Any:
+    if name not in _LAZY:  # a submodule not imported yet (``pipeplan.solver`` after ``import pipeplan``) loads too
+        try:
+            return _importlib.import_module(f"pipeplan.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"pipeplan.{name}":
+                raise
+            raise AttributeError(f"module 'pipeplan' has no attribute {name!r}") from None
+    value = getattr(_importlib.import_module(_LAZY[name]), name)
     globals()[name] = value  # found directly from now on
     return value
 

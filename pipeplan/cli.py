@@ -373,7 +373,8 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
 
         with _Writing(not quiet, str(out)):
             write_results(out, summary, comparison.timelines(), force=force, extra=add_report)
-    # A Ctrl-C after the search ended (while the report was written, say) left the answer whole.
+    # A Ctrl-C after the search ended (while the other layouts were compared, say) left the answer whole. One while
+    # the folder is written drops the folder instead (nothing half-written) and ends in main's "interrupted".
     late = "interrupted after the search had finished: the results above are complete"
     message = _INTERRUPTED_SEARCH if comparison.optimal.interrupted else late
     if fmt == "json":
@@ -648,8 +649,9 @@ def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, wri
     resumes it (``written``: the --out folder the finished ones were written to, which a rerun must replace)."""
     if store_path is not None:
         also = "" if written is None else f", and written to {written}"
+        kept = f" (kept in {store_path}{also})" if done else ""
         again = "again" if written is None else "with --force"
-        after = f" (kept in {store_path}{also}); run the same command {again} to resume"
+        after = f"{kept}; run the same command {again} to resume"
     else:
         after = "; none was stored (--out DIR or --store FILE keeps finished tasks for the next run)"
     return f"interrupted: {done} of {total} {what} finished{after}"
@@ -750,7 +752,8 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
         else:
             message = "interrupted after every budget had finished: the results above are complete"
         _exit_if_interrupted(stop, message)
-    _exit_if_interrupted(stop)
+    else:
+        _exit_if_interrupted(stop)
 
 
 def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config, settings: SolverSettings,
@@ -791,7 +794,8 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
 
     STUDY names a model and a GPU (presets, see 'pipeplan presets'), GPU counts, batch, sequence length and
     the search space. Prints the top configurations and the optimal schedule's gain over 1F1B on the best
-    one's parallel sizes with one chunk per device; with --out, DIR/report.html shows it all and DIR/best.yaml is a config for 'pipeplan solve'.
+    one's parallel sizes with one chunk per device; with --out, DIR/report.html shows it all and DIR/best.yaml
+    is a config for 'pipeplan solve'.
 
     Each configuration and schedule is a task, run on --jobs local processes (default: the study's
     "processes") or on Ray (--ray). Finished tasks go to a store (DIR/store.sqlite with --out, or --store FILE)

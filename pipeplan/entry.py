@@ -26,13 +26,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         previous = signal.signal(signal.SIGINT, hold)
+        held = True
     except ValueError:  # not the main thread: signals are not this thread's to handle
-        previous = None
+        previous, held = None, False
     try:
         from pipeplan.cli import main as run
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
     if interrupted:
         print("pipeplan: interrupted", file=sys.stderr)
         return _INTERRUPTED

@@ -298,7 +298,9 @@ def device_bound(ticked: Problem, device: int, objective: str, low: float, high:
     step = high / steps
     found = found or chains(ticked)
     infeasible = int(math.floor(low / step))
-    top = steps  # the programme is feasible at `steps` whenever `high` is a schedule's objective
+    # The programme is feasible at `steps` whenever `high` is a schedule's objective (but for `step`'s rounding,
+    # which can leave `steps` steps a hair short of `high`; the bisection never solves it: it only stays below).
+    top = steps
     if infeasible >= top or feasible(ticked, device, objective, step, infeasible, found, deadline):
         return low
     while top - infeasible > 1 and time.monotonic() < deadline and not should_stop():

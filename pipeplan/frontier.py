@@ -165,13 +165,14 @@ def frontier(
     order, an answer worse than a smaller budget's is replaced by that smaller budget's schedule replayed here
     (it fits unchanged), so the curve never rises either way. With ``store``, each budget's solve is looked up
     there first (unless ``refresh``) and written as it finishes; ``task_progress`` then reports tasks done.
-    ``stats``, when given, is filled with "total", "reused" and "failures" (budget: error).
+    ``stats``, when given, is filled with "total", "reused", "ran" (tasks run this time, not counting one a stop
+    cut short) and "failures" (budget: error).
 
     A budget that admits no schedule gets one optimizer row with status INFEASIBLE and the reason in ``note``.
     Raises :class:`~pipeplan.solver.InfeasibleBudget` (a :class:`ConfigError`) when no budget admits one,
     naming the smallest budget that would.
     ``stop`` ends the sweep early: without ``executor`` and ``store`` the budget being solved keeps its best
-    schedule so far and the larger budgets are left out; with them, every budget whose task had not finished is
+    schedule so far and the larger budgets are left out; with either, every budget whose task had not finished is
     left out (and not stored: a re-run solves it in full).
     """
     ordered = sorted({float(b) for b in budgets})

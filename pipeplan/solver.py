@@ -174,7 +174,8 @@ class StopRequest:
 
     def __reduce__(self) -> tuple[type[StopRequest], tuple[()]]:
         """Sent to another process (a sweep's task on a worker), a request arrives fresh and never requested: a
-        Ctrl-C there is its parent's to handle, which ends the workers. In this process it stays the same."""
+        Ctrl-C there is its parent's to handle, which ends the workers. (A copy made with :mod:`copy` is fresh
+        too; in this process a task is given the request itself, not a copy.)"""
         return StopRequest, ()
 
 

@@ -332,7 +332,8 @@ def run_tasks(tasks: Sequence[Task], function: Callable[[Any], TaskOutput], *, k
     """Every task's output: taken from ``store`` when there (unless ``refresh``), else run on ``executor`` (this
     process when None) and written to ``store`` as it finishes. A task that raises is recorded (in the outcome
     and the store) and the others go on. ``done_before`` is (done, total, reused, failed) of earlier phases of
-    the same sweep, for progress."""
+    the same sweep, for progress. A task whose output is ``cut_short`` (a stop reached it in this process) ends
+    the loop: it is not stored, not returned and not counted as run, so the outcome is ``stopped``."""
     from pipeplan.executors import call
 
     unique = list({task.key: task for task in tasks}.values())

@@ -142,7 +142,10 @@ def test_feasibility_rises_with_the_horizon(problem: Problem, objective: str) ->
     ticked, scale, exact = tick_problem(problem)
     assert exact
     high = ticked.total_time()
-    step = high / 30
+    # One float above high / 30, so that 30 steps reach high: the programme reads the step exactly, and high / 30
+    # rounded down left 30 steps a hair short of high, where a schedule taking all of high (P=2, N=5, budget 1:
+    # one microbatch at a time) rightly does not fit.
+    step = math.nextafter(high / 30, math.inf)
     verdicts = [fluid.feasible(ticked, 0, objective, step, k) for k in range(31)]
     first = verdicts.index(True) if True in verdicts else len(verdicts)
     assert all(verdicts[first:]), verdicts
