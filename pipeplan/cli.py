@@ -212,6 +212,11 @@ class _ProgressLine(_StatusLine):
 _INTERRUPTED_SEARCH = "interrupted: the search was stopped early; the results above are the best found by then"
 
 
+def _interrupted_late(what: str) -> str:
+    """The message for a Ctrl-C that came once ``what`` had finished: the results shown are whole."""
+    return f"interrupted after {what} had finished: the results above are complete"
+
+
 def _exit_if_interrupted(stop: StopRequest, message: str = _INTERRUPTED_SEARCH) -> None:
     """After a run that Ctrl-C cut short (its output written, marked interrupted), say so (``message``) and exit
     130."""
@@ -375,8 +380,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
             write_results(out, summary, comparison.timelines(), force=force, extra=add_report)
     # A Ctrl-C after the search ended (while the other layouts were compared, say) left the answer whole. One while
     # the folder is written drops the folder instead (nothing half-written) and ends in main's "interrupted".
-    late = "interrupted after the search had finished: the results above are complete"
-    message = _INTERRUPTED_SEARCH if comparison.optimal.interrupted else late
+    message = _INTERRUPTED_SEARCH if comparison.optimal.interrupted else _interrupted_late("the search")
     if fmt == "json":
         click.echo(json.dumps(summary, indent=2))
         _exit_if_interrupted(stop, message)
@@ -745,15 +749,12 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
         place.summary(console, stats["total"], stats["reused"], stats["ran"], stats["failures"])
     if out is not None and written:
         console.print(f"wrote {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}")
+    message = _INTERRUPTED_SEARCH
     if tasks:
         done = stats["reused"] + stats["ran"]
-        if done < stats["total"]:
-            message = stopped_sweep(done, stats["total"], "budgets", place.store_path, out if written else None)
-        else:
-            message = "interrupted after every budget had finished: the results above are complete"
-        _exit_if_interrupted(stop, message)
-    else:
-        _exit_if_interrupted(stop)
+        message = (stopped_sweep(done, stats["total"], "budgets", place.store_path, out if written else None)
+                   if done < stats["total"] else _interrupted_late("every budget"))
+    _exit_if_interrupted(stop, message)
 
 
 def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config, settings: SolverSettings,
@@ -844,7 +845,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     if out is not None:
         console.print(f"wrote {out}/sweep.csv, report.html, best.yaml{', ' + STORE_NAME if place.in_out else ''}")
     # A Ctrl-C after the last task finished: with no folder to hold back, or while it was written.
-    _exit_if_interrupted(stop, "interrupted after every task had finished: the results above are complete")
+    _exit_if_interrupted(stop, _interrupted_late("every task"))
 
 
 @cli.command("presets", short_help="List the model and hardware presets of 'pipeplan size'.")

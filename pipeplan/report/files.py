@@ -94,6 +94,8 @@ def _umask() -> int:
 # A folder holding one of these is a pipeplan result folder, which --force may replace (a sweep's result store
 # included: a sweep creates its folder to hold it while it runs).
 RESULT_MARKERS = ("summary.json", "frontier.csv", "sweep.csv", "store.sqlite")
+# The sweeps' result files (of those markers) -> (the command that writes it, the page beside it).
+_SWEEP_RESULTS = {"sweep.csv": ("size", "report.html"), "frontier.csv": ("frontier", "frontier.html")}
 # What a sweep's folder holds while the sweep runs: its store and SQLite's files beside it.
 _STORE_FILES = frozenset({"store.sqlite", "store.sqlite-wal", "store.sqlite-shm", "store.sqlite-journal"})
 
@@ -438,7 +440,7 @@ def read_summary(folder: Path) -> dict[str, Any]:
     if not folder.is_dir():
         raise ConfigError(f"results folder {str(folder)!r} does not exist; give a folder written by "
                           "'pipeplan solve --out'")
-    for marker, command, page in (("sweep.csv", "size", "report.html"), ("frontier.csv", "frontier", "frontier.html")):
+    for marker, (command, page) in _SWEEP_RESULTS.items():
         if (folder / marker).is_file() and not (folder / "summary.json").exists():
             raise ConfigError(f"{str(folder)!r} was written by 'pipeplan {command} --out' (its page: {page}); give "
                               "a folder written by 'pipeplan solve --out'")
