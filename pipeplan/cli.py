@@ -648,9 +648,11 @@ class _SweepPlace:
                 console.print(f"  {label}: {error}", style="yellow", soft_wrap=True, highlight=False)
 
 
-def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, written: Path | None = None) -> str:
+def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, written: Path | None = None,
+                  during: str = "") -> str:
     """The message after a sweep that Ctrl-C stopped: how many of its ``what`` finished, and whether a rerun
-    resumes it (``written``: the --out folder the finished ones were written to, which a rerun must replace)."""
+    resumes it (``written``: the --out folder the finished ones were written to, which a rerun must replace;
+    ``during``: what the Ctrl-C stopped, when not the sweep's tasks)."""
     if store_path is not None:
         also = "" if written is None else f", and written to {written}"
         kept = f" (kept in {store_path}{also})" if done else ""
@@ -658,7 +660,7 @@ def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, wri
         after = f"{kept}; run the same command {again} to resume"
     else:
         after = "; none was stored (--out DIR or --store FILE keeps finished tasks for the next run)"
-    return f"interrupted: {done} of {total} {what} finished{after}"
+    return f"interrupted{during}: {done} of {total} {what} finished{after}"
 
 
 def parse_budgets(text: str) -> list[float]:
@@ -818,7 +820,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     with _Interrupts(stop, _SWEEP_STOPPING), _SweepPlace(out, force, store_path, jobs, ray_address) as place, \
             _TaskProgress(quiet, show_progress) as progress:
         result = run_study(loaded, time_limit_s=time_limit, progress=progress, executor=place.executor,
-                           store=place.store, refresh=refresh, should_stop=lambda: stop.requested)
+                           store=place.store, refresh=refresh, stop=stop)
         # A Ctrl-C after the last task finished still keeps the folder from being written, as one during the sweep
         # does (the same command then writes it from the store); one while it is written lets it finish.
         written = False
@@ -827,11 +829,13 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
             written = True
     console = _console()
     stats = result.stats
-    if stats.stopped or (out is not None and not written):
+    if stats.stopped or result.interrupted or (out is not None and not written):
         console.print(*top_table(f"{loaded.name}: top {top} of the configurations finished", result.frame, top,
                                  console.width))
         place.summary(console, stats.total, stats.reused, stats.ran, stats.failures)
-        click.echo(f"pipeplan: {stopped_sweep(stats.done, stats.total, 'tasks', place.store_path)}", err=True)
+        during = " while the optimizer ran on the best configuration" if result.interrupted else ""
+        click.echo(f"pipeplan: {stopped_sweep(stats.done, stats.total, 'tasks', place.store_path, during=during)}",
+                   err=True)
         raise click.exceptions.Exit(INTERRUPTED)
     console.print(*top_table(f"{loaded.name}: top {top} configurations that fit", result.frame, top, console.width))
     if result.frame["num_gpus"].nunique() > 1:

@@ -4,6 +4,7 @@ matched to its message, with exit status 2, no traceback and nothing written."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import signal
 from pathlib import Path
@@ -19,6 +20,8 @@ from pipeplan.sizing import study as study_module
 from pipeplan.sizing.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
+# The module, not the function pipeplan.sizing exports under the same name.
+estimate_module = importlib.import_module("pipeplan.sizing.estimate")
 
 TINY_MODEL = {"num_layers": 8, "hidden_size": 256, "ffn_hidden_size": 1024, "num_attention_heads": 8,
               "num_kv_heads": 4, "vocab_size": 1000, "gated_mlp": True}
@@ -149,6 +152,82 @@ def test_a_ctrl_c_after_the_last_task_exits_130_and_never_claims_a_folder(
     code, stdout, stderr = run(capsys, "size", study, *where, "--quiet")
     assert code == 0, stderr
     assert f"{finished[2]} of {finished[2]} results came from the store" in stdout
+    assert sorted(p.name for p in out.iterdir()) == ["best.yaml", "report.html", "store.sqlite", "sweep.csv"]
+
+
+def ctrl_c_in_the_first_solve(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Make the first optimizer run of this process send itself SIGINT (the command's own handler takes it, as a
+    first Ctrl-C) at the solve's first progress report, which comes before its search starts; the list it returns
+    collects each solve's result."""
+    real = estimate_module.solve
+    results: list[Any] = []
+
+    def solve_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
+        def on_report(_progress: Any) -> None:
+            if not results and not sent:
+                sent.append(True)
+                signal.raise_signal(signal.SIGINT)
+
+        results.append(real(*args, **kwargs, progress=on_report))
+        return results[-1]
+
+    sent: list[bool] = []
+    monkeypatch.setattr(estimate_module, "solve", solve_then_ctrl_c)
+    return results
+
+
+def test_a_ctrl_c_during_an_optimizer_task_in_process_stops_it_and_leaves_it_out_of_the_store(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one job the sweep's optimizer task runs in this process: a Ctrl-C during its solve ends that search at
+    once (the sweep used to wait out the solve's time limit, then store its answer as finished). Its answer is
+    not the time limit's, so it is neither stored nor shown, and the same command runs it again in full."""
+    search = {**GOOD["search"], "schedules": ["1f1b", "optimal"]}
+    study = write_study(tmp_path, {**GOOD, "search": search, "optimizer": {**GOOD["optimizer"], "time_limit_s": 30}})
+    out = tmp_path / "sized"
+    results = ctrl_c_in_the_first_solve(monkeypatch)
+    code, stdout, stderr = run(capsys, "size", study, "--out", str(out), "--jobs", "1", "--quiet")
+    assert code == 130, stderr
+    assert len(results) == 1 and results[0].interrupted  # the search saw the stop; no other solve ran
+    finished = re.search(r"interrupted: (\d+) of (\d+) tasks finished \(kept in ", stderr)
+    assert finished is not None, stderr
+    done, total = int(finished[1]), int(finished[2])
+    assert done == total - 1 and f"{done} ran, 1 did not (stopped)" in stdout  # every 1F1B task, not the optimizer
+    assert [p.name for p in out.iterdir()] == ["store.sqlite"]
+    monkeypatch.undo()
+    code, stdout, stderr = run(capsys, "size", study, "--out", str(out), "--jobs", "1", "--quiet")
+    assert code == 0, stderr
+    assert f"{done} of {total} results came from the store" in stdout
+    frame = pd.read_csv(out / "sweep.csv")
+    assert frame.loc[frame["schedule"] == "optimal", "skipped"].isna().any()  # the optimizer's row ran this time
+
+
+@pytest.mark.parametrize("with_out", [True, False], ids=["out", "no-out-no-store"])
+def test_a_ctrl_c_while_the_optimizer_runs_on_the_best_configuration_stops_it(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_out: bool) -> None:
+    """After the sweep the optimizer runs on the best configuration (for the gain over 1F1B). A Ctrl-C then ends
+    that search at once instead of waiting out its time limit; no gain is claimed, the finished rows are shown,
+    the exit status is 130, and with --out only the store is left, from which the same command finishes."""
+    study = write_study(tmp_path, {**GOOD, "search": {**GOOD["search"], "schedules": ["1f1b"]},
+                                   "optimizer": {**GOOD["optimizer"], "time_limit_s": 30}})
+    out = tmp_path / "sized"
+    results = ctrl_c_in_the_first_solve(monkeypatch)
+    where = ["--out", str(out)] if with_out else []
+    code, stdout, stderr = run(capsys, "size", study, *where, "--quiet")
+    assert code == 130, stderr
+    assert len(results) == 1 and results[0].interrupted
+    assert "against 1F1B's" not in stdout and "of the configurations finished" in stdout
+    finished = re.search(r"interrupted while the optimizer ran on the best configuration: (\d+) of (\d+) tasks "
+                         r"finished(.*)", stderr)
+    assert finished is not None and finished[1] == finished[2], stderr
+    if not with_out:
+        assert finished[3].startswith("; none was stored")
+        assert [p.name for p in tmp_path.iterdir()] == ["study.yaml"]
+        return
+    assert finished[3].startswith(" (kept in ") and [p.name for p in out.iterdir()] == ["store.sqlite"]
+    monkeypatch.undo()
+    code, stdout, stderr = run(capsys, "size", study, *where, "--quiet")
+    assert code == 0, stderr
+    assert "against 1F1B's" in stdout and f"{finished[2]} of {finished[2]} results came from the store" in stdout
     assert sorted(p.name for p in out.iterdir()) == ["best.yaml", "report.html", "store.sqlite", "sweep.csv"]
 
 

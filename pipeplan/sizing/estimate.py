@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError
@@ -21,7 +21,7 @@ from pipeplan.sizing.build import VARIANTS, SizedProblem, build_problem, optimiz
 from pipeplan.sizing.hardware import GIB, Hardware, load_hardware
 from pipeplan.sizing.models import Model, load_model
 from pipeplan.sizing.setup import Setup, constraint_violation
-from pipeplan.solver import InfeasibleBudget, solve
+from pipeplan.solver import InfeasibleBudget, StopRequest, solve
 
 log = logging.getLogger(__name__)
 
@@ -66,20 +66,32 @@ def run_named(sized: SizedProblem, schedule: Schedule) -> tuple[Timeline, Metric
     return timeline, compute_metrics(timeline)
 
 
+class OptimalRun(NamedTuple):
+    """What :func:`run_optimal` found: the schedule's timeline and metrics, the solver's status and gap, and
+    whether a stop request ended the search before its time limit."""
+
+    timeline: Timeline
+    metrics: Metrics
+    status: str
+    gap: float | None
+    interrupted: bool = False
+
+
 def run_optimal(sized: SizedProblem, time_limit_s: float, num_workers: int | None,
-                random_seed: int) -> tuple[Timeline, Metrics, str, float | None]:
-    """(timeline, metrics, solver status, gap) of the optimizer on the problem, searching within the budget."""
+                random_seed: int, stop: StopRequest | None = None) -> OptimalRun:
+    """The optimizer on the problem, searching within the budget (``stop`` can end the search early)."""
     problem = sized.problem
     if not sized.fits_one_microbatch:
         timeline = simulate(problem, generate("gpipe", problem))
-        return timeline, compute_metrics(timeline), "not solved (does not fit)", None
+        return OptimalRun(timeline, compute_metrics(timeline), "not solved (does not fit)", None)
     try:
-        result = solve(problem, time_limit_s=time_limit_s, num_workers=num_workers, random_seed=random_seed)
+        result = solve(problem, time_limit_s=time_limit_s, num_workers=num_workers, random_seed=random_seed,
+                       stop=stop)
     except InfeasibleBudget as exc:
         log.info("optimizer: %s", exc)
         timeline = simulate(problem, generate("gpipe", problem))
-        return timeline, compute_metrics(timeline), "infeasible", None
-    return result.timeline, result.metrics, result.status, result.gap
+        return OptimalRun(timeline, compute_metrics(timeline), "infeasible", None)
+    return OptimalRun(result.timeline, result.metrics, result.status, result.gap, result.interrupted)
 
 
 def estimate(
@@ -105,6 +117,7 @@ def estimate(
     time_limit_s: float = 10.0,
     num_workers: int | None = None,
     random_seed: int = 0,
+    stop: StopRequest | None = None,
 ) -> dict[str, Any]:
     """Estimate one training configuration: step time, throughput, MFU and memory per GPU.
 
@@ -120,7 +133,9 @@ def estimate(
     them, no recompute), ``mfu``, ``bubble`` (of the pipeline), ``memory_gib`` (peak per GPU: static state,
     workspace and live activations), ``static_memory_gib``, ``activation_memory_gib``, ``fits`` (within the
     GPU's capacity minus its reserve), the parallel sizes, ``num_microbatches``, ``status`` and ``gap`` (for
-    "optimal"), ``note`` (why it does not fit), and the ``problem``, ``timeline`` and ``sized`` records.
+    "optimal"), ``note`` (why it does not fit), ``interrupted`` (``stop`` was requested during the optimizer's
+    search, which then ended early with the best schedule found so far), and the ``problem``, ``timeline`` and
+    ``sized`` records.
     Raises :class:`ConfigError` (a ``ValueError``) for input that cannot run, naming the constraint.
     """
     model_rec = load_model(model)
@@ -145,12 +160,14 @@ def estimate(
     if schedule == OPTIMAL:
         split, where = optimizer_variant(num_chunks)
         sized = build(split, placement or where)
-        timeline, metrics, status, gap = run_optimal(sized, time_limit_s, num_workers, random_seed)
+        timeline, metrics, status, gap, interrupted = run_optimal(sized, time_limit_s, num_workers, random_seed,
+                                                                  stop)
     else:
         sized, orders = place_named(schedule, num_chunks, build, placement)
         timeline, metrics = run_named(sized, orders)
-        status, gap = "", None
-    return summarize(sized, setup, model_rec, hardware_rec, schedule, timeline, metrics, status, gap)
+        status, gap, interrupted = "", None, False
+    record = summarize(sized, setup, model_rec, hardware_rec, schedule, timeline, metrics, status, gap)
+    return {**record, "interrupted": interrupted}
 
 
 def summarize(sized: SizedProblem, setup: Setup, model: Model, hardware: Hardware, schedule: str,

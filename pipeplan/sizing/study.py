@@ -35,11 +35,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from pipeplan.problem import ConfigError
+
+if TYPE_CHECKING:
+    from pipeplan.solver import StopRequest
 
 _TOP_KEYS = ("name", "model", "hardware", "num_gpus", "global_batch_size", "seq_len", "search", "options",
              "optimizer", "processes")
@@ -189,6 +192,9 @@ class StudyResult:
     """The optimizer on the same problem as ``baseline`` (split backward)."""
     stats: Any = None
     """The sweep's :class:`~pipeplan.sizing.sweep.SweepStats`: tasks in all, reused from the store, failures."""
+    interrupted: bool = False
+    """Every task finished, but a stop request ended the optimizer on the best plan: ``best``, ``baseline`` and
+    ``optimal`` are empty, as after a stopped sweep."""
 
     @property
     def gain_label(self) -> str:
@@ -203,9 +209,11 @@ def run_study(study: Study, time_limit_s: float | None = None,
     """Sweep the study's search space, then replay the best plan and compare the optimizer with 1F1B on it.
 
     ``time_limit_s`` overrides the study's optimizer time limit; ``sweep_options`` (``executor``, ``store``,
-    ``refresh``, ``should_stop``, ``processes``) go to :func:`~pipeplan.sizing.sweep.sweep`. Raises
+    ``refresh``, ``should_stop``, ``stop``, ``processes``) go to :func:`~pipeplan.sizing.sweep.sweep`. Raises
     :class:`ConfigError` when no configuration runs within memory, naming what removed each candidate. A sweep
-    stopped early (``should_stop``) returns its rows so far, with empty ``best``, ``baseline`` and ``optimal``.
+    stopped early (``should_stop``, ``stop``) returns its rows so far, with empty ``best``, ``baseline`` and
+    ``optimal``; so does a ``stop`` requested while the optimizer runs on the best plan after the sweep (every
+    task finished; the result is then ``interrupted``).
     """
     from pipeplan.sizing.estimate import estimate
     from pipeplan.sizing.sweep import best_row, sweep_with_stats
@@ -225,15 +233,22 @@ def run_study(study: Study, time_limit_s: float | None = None,
     sizes: dict[str, Any] = {key: int(best[key]) for key in ("tensor_parallel", "pipeline_parallel",
                                                              "data_parallel", "microbatch_size")}
     sizes["recompute"] = str(best["recompute"])
+    stop: StopRequest | None = kwargs.get("stop")
     solver: dict[str, Any] = {"time_limit_s": kwargs.get("time_limit_s", 10.0),
-                              "num_workers": kwargs.get("num_workers"), "random_seed": kwargs.get("random_seed", 0)}
+                              "num_workers": kwargs.get("num_workers"), "random_seed": kwargs.get("random_seed", 0),
+                              "stop": stop}
+    stopped = StudyResult(study, frame, {}, {}, {}, stats, interrupted=True)
     if progress is not None:
         progress("optimizer on the best configuration")
     baseline = estimate(**common, **sizes, num_chunks=1, schedule="1f1b")
     optimal = estimate(**common, **sizes, num_chunks=1, schedule="optimal", **solver)
+    if optimal["interrupted"]:
+        return stopped
     if best["schedule"] == "optimal" and int(best["num_chunks"]) == 1:
         best_estimate = optimal
     else:
         best_estimate = estimate(**common, **sizes, num_chunks=int(best["num_chunks"]),
                                  schedule=str(best["schedule"]), **solver)
+    if best_estimate["interrupted"]:
+        return stopped
     return StudyResult(study, frame, best_estimate, baseline, optimal, stats)

@@ -26,6 +26,7 @@ from pipeplan.sizing.estimate import OPTIMAL, check_schedule, place_named, run_n
 from pipeplan.sizing.hardware import Hardware, load_hardware
 from pipeplan.sizing.models import Model, load_model
 from pipeplan.sizing.setup import RECOMPUTE_MODES, Setup, constraint_violation
+from pipeplan.solver import StopRequest
 from pipeplan.store import Outcome, Progress, Store, Task, TaskOutput, record_of, run_tasks, task_key
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ def sweep(
     refresh: bool = False,
     progress: Callable[[Progress], None] | None = None,
     should_stop: ShouldStop | None = None,
+    stop: StopRequest | None = None,
 ) -> pd.DataFrame:
     """Estimate every combination of the search space; one row per configuration and schedule.
 
@@ -96,8 +98,11 @@ def sweep(
     used as given, not entered or closed), else on a local pool of ``processes`` processes (in this process when
     1). With ``store`` (a :class:`~pipeplan.store.Store`), results found there are reused (unless ``refresh``)
     and every finished task is written to it as it finishes. A task that raises gets a row whose ``skipped``
-    starts with "failed:"; the others go on. When ``should_stop()`` turns true the sweep ends early: rows not
-    run say so in ``skipped``. :func:`sweep_with_stats` also returns the counts.
+    starts with "failed:"; the others go on. When ``should_stop()`` turns true, or ``stop`` (a
+    :class:`~pipeplan.solver.StopRequest`) is requested, the sweep ends early: rows not run say so in
+    ``skipped``. ``stop`` also ends an optimizer task that runs in this process at once; that task is then left
+    out (not stored, its row "not run"), since its answer is not its time limit's. A task on a worker process or
+    on Ray runs to its end. :func:`sweep_with_stats` also returns the counts.
     """
     return sweep_with_stats(**locals())[0]
 
@@ -157,8 +162,12 @@ def sweep_with_stats(
     refresh: bool = False,
     progress: Callable[[Progress], None] | None = None,
     should_stop: ShouldStop | None = None,
+    stop: StopRequest | None = None,
 ) -> tuple[pd.DataFrame, SweepStats]:
     """:func:`sweep` (same keywords), returning also what it did: its :class:`SweepStats`."""
+    if stop is not None:
+        asked = should_stop
+        should_stop = (lambda: stop.requested or asked()) if asked is not None else (lambda: stop.requested)
     model_rec = load_model(model)
     hardware_rec = load_hardware(hardware)
     names = [str(s) for s in _as_list("schedules", schedules)]
@@ -202,7 +211,7 @@ def sweep_with_stats(
         chosen = set() if named.stopped else _optimal_targets(named_rows, optimal_top,
                                                                [names for _ in built])
         optimal_tasks = {id(setup): _optimal_task(model_rec, hardware_rec, setup, balanced, time_limit_s, workers,
-                                                  random_seed)
+                                                  random_seed, stop)
                          for setup in built if id(setup) in chosen}  # keyed by id of the setup
         optimal = run_tasks(list(optimal_tasks.values()), _run_optimal_task, kind="size", executor=executor,
                             store=store, refresh=refresh, num_cpus=workers, progress=progress,
@@ -269,12 +278,14 @@ def _named_task(model: Model, hardware: Hardware, setup: Setup, name: str, balan
 
 
 def _optimal_task(model: Model, hardware: Hardware, setup: Setup, balanced: bool, time_limit_s: float,
-                  num_workers: int, random_seed: int) -> Task:
+                  num_workers: int, random_seed: int, stop: StopRequest | None) -> Task:
+    """The optimizer's task on one configuration. ``stop`` rides along with the input (a copy sent to another
+    process arrives never requested) but is not part of the key: a stopped task is never stored."""
     solver = {"time_limit_s": time_limit_s, "num_workers": num_workers, "random_seed": random_seed}
     inputs = {"model": model, "hardware": hardware, "setup": setup, "schedule": OPTIMAL, "balanced": balanced,
               "solver": solver}
     return Task(task_key("size", inputs), f"{_label(setup)} {OPTIMAL}",
-                (model, hardware, setup, balanced, time_limit_s, num_workers, random_seed))
+                (model, hardware, setup, balanced, time_limit_s, num_workers, random_seed, stop))
 
 
 def _run_named_task(job: tuple[Model, Hardware, Setup, str, bool]) -> TaskOutput:
@@ -297,15 +308,19 @@ def _run_named_task(job: tuple[Model, Hardware, Setup, str, bool]) -> TaskOutput
     return TaskOutput.of(row)  # the orders are the generator's: the name regenerates them, no need to store
 
 
-def _run_optimal_task(job: tuple[Model, Hardware, Setup, bool, float, int, int]) -> TaskOutput:
-    """The optimizer on one configuration: its row, problem and the orders found."""
-    model, hardware, setup, balanced, time_limit_s, num_workers, random_seed = job
+def _run_optimal_task(job: tuple[Model, Hardware, Setup, bool, float, int, int, StopRequest | None]) -> TaskOutput:
+    """The optimizer on one configuration: its row, problem and the orders found; cut short when the stop
+    request ended its search (the task ran in this process)."""
+    model, hardware, setup, balanced, time_limit_s, num_workers, random_seed, stop = job
     split, where = optimizer_variant(setup.num_chunks)
     try:
         sized = build_problem(model, hardware, setup, split_backward=split, placement=where, balanced=balanced)
-        timeline, metrics, status, gap = run_optimal(sized, time_limit_s, num_workers, random_seed)
+        timeline, metrics, status, gap, interrupted = run_optimal(sized, time_limit_s, num_workers, random_seed,
+                                                                  stop)
     except ConfigError as exc:
         return TaskOutput({**_setup_columns(setup), "schedule": OPTIMAL, "skipped": str(exc)})
+    if interrupted:
+        return TaskOutput({}, cut_short=True)
     row = _row(summarize(sized, setup, model, hardware, OPTIMAL, timeline, metrics, status, gap))
     return TaskOutput.of(row, sized.problem, timeline.schedule)
 
