@@ -8,6 +8,7 @@ The flow: a config is loaded into a :class:`Problem`; a generator (or the CP-SAT
 from __future__ import annotations
 
 import importlib as _importlib
+import logging as _logging
 from typing import TYPE_CHECKING
 from typing import Any as _Any
 
@@ -20,6 +21,11 @@ from pipeplan.schedules import names as schedule_names
 from pipeplan.simulate import Timeline, simulate
 
 __version__ = "0.1.0"
+
+# The library reports through the "pipeplan" loggers and never prints: without a handler configured by the
+# application (the command line configures one), its warnings go nowhere instead of to Python's last-resort
+# handler on stderr.
+_logging.getLogger("pipeplan").addHandler(_logging.NullHandler())
 
 # The names from the planner and the solver (which load OR-Tools, about a second) are imported on first use
 # (PEP 562), so that ``import pipeplan`` and the command's entry point (:mod:`pipeplan.entry`) stay quick: a

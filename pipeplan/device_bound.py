@@ -103,6 +103,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from pipeplan.bounds import device_end_lower_bounds, nested_activation, nested_in_flight
+from pipeplan.metrics import fits_budget
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.simulate import Timeline
 from pipeplan.spacing import add_budget
@@ -161,7 +162,7 @@ def devices_to_try(problem: Problem) -> list[int]:
         return []
     ends = device_end_lower_bounds(problem)
     binding = [d for d in range(problem.num_devices)
-               if problem.num_microbatches * problem.footprint(d) > budget[d] + 1e-9]
+               if not fits_budget(problem.num_microbatches * problem.footprint(d), budget[d])]
     return sorted(binding, key=lambda d: (-ends[d], d))
 
 

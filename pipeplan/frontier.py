@@ -18,7 +18,9 @@ Budgets are per device and uniform (the config's own budget is replaced), in the
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import math
+import numbers
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -175,9 +177,9 @@ def frontier(
     schedule so far and the larger budgets are left out; with either, every budget whose task had not finished is
     left out (and not stored: a re-run solves it in full).
     """
-    ordered = sorted({float(b) for b in budgets})
-    if not ordered:
-        raise ConfigError("give at least one budget")
+    ordered = _checked_budgets(budgets)
+    if not isinstance(settings, SolverSettings):
+        raise ConfigError(f"settings must be a SolverSettings (pipeplan.config), got {type(settings).__name__}")
     if executor is not None or store is not None:
         return _frontier_tasks(problem, ordered, settings, executor, store, refresh, task_progress, stop,
                                {} if stats is None else stats)
@@ -204,7 +206,7 @@ def frontier(
         except InfeasibleBudget as exc:
             rows.append(_infeasible_row(budget, str(exc)))
             continue
-        if previous is not None and result.objective > previous[1].objective * (1 + _TOLERANCE) + _TOLERANCE:
+        if previous is not None and result.objective > previous[1].objective * (1 + _TOLERANCE):
             log.info("budget %g: the solve returned %g, worse than budget %g's %g; keeping that schedule",
                      budget, result.objective, previous[0], previous[1].objective)
             result = _keep_previous(at, previous[1], previous[0], result)
@@ -228,6 +230,23 @@ def _raise_none_fits(problem: Problem, ordered: list[float]) -> None:
 
 # Status of the optimizer's row at a budget whose task raised (the error is in ``note``).
 FAILED = "FAILED"
+
+
+def _checked_budgets(budgets: object) -> list[float]:
+    """The budgets in increasing order, without repeats; :class:`ConfigError` naming the first bad one."""
+    hint = "give budgets as a list of positive numbers in the problem's memory unit, e.g. [4, 6, 8]"
+    if isinstance(budgets, (str, bytes)) or not isinstance(budgets, Iterable):
+        raise ConfigError(f"budgets must be a list of numbers, got {budgets!r}; {hint}")
+    values = []
+    for index, budget in enumerate(budgets):
+        if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
+            raise ConfigError(f"budgets[{index}] must be a number, got {budget!r}; {hint}")
+        if not math.isfinite(budget) or budget <= 0:
+            raise ConfigError(f"budgets[{index}] must be a finite number > 0, got {budget!r}; {hint}")
+        values.append(float(budget))
+    if not values:
+        raise ConfigError(f"give at least one budget; {hint}")
+    return sorted(set(values))
 
 
 def _solve_budget(job: tuple[Problem, SolverSettings, StopRequest | None]) -> TaskOutput:
@@ -283,7 +302,7 @@ def _frontier_tasks(problem: Problem, ordered: list[float], settings: SolverSett
         assert schedule is not None
         source = str(record["source"])
         _, metrics, value, proof = _replay(at[budget], schedule, settings.objective, float(record["lower_bound"]))
-        if previous is not None and value > previous[2] * (1 + _TOLERANCE) + _TOLERANCE:
+        if previous is not None and value > previous[2] * (1 + _TOLERANCE):
             log.info("budget %g: the solve returned %g, worse than budget %g's %g; keeping that schedule",
                      budget, value, previous[0], previous[2])
             schedule, source = previous[1], f"budget {previous[0]:g}"

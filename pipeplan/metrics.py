@@ -19,8 +19,15 @@ from typing import Any
 from pipeplan.problem import OpKind
 from pipeplan.simulate import Timeline
 
-# Relative slack when comparing float memory sums to a budget (0.65 + 0.35 may land a hair above 1.0).
+# Relative slack when comparing float memory sums to a budget (0.65 + 0.35 may land a hair above 1.0). Only
+# relative: memory may be in any unit (bytes, GiB, or activations of 1e-9), so an absolute slack would let a
+# peak over a budget measured in small units pass.
 MEMORY_TOLERANCE = 1e-9
+
+
+def fits_budget(level: float, budget: float) -> bool:
+    """Whether memory ``level`` is within ``budget`` up to float noise relative to the budget."""
+    return level <= budget * (1 + MEMORY_TOLERANCE)
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ def within_budget(peaks: list[float], budget: tuple[float, ...] | None) -> bool:
     """True when every peak fits its device's budget (with float slack), or there is no budget."""
     if budget is None:
         return True
-    return all(p <= b * (1 + MEMORY_TOLERANCE) + MEMORY_TOLERANCE for p, b in zip(peaks, budget))
+    return all(fits_budget(p, b) for p, b in zip(peaks, budget))
 
 
 def compute_metrics(timeline: Timeline) -> Metrics:

@@ -156,6 +156,27 @@ def _expand(
     return tuple(per_device[devices[s]] * share for s in range(num_model_stages))
 
 
+def _check_size(num_model_stages: int, num_microbatches: int, kinds: int) -> None:
+    """:class:`ConfigError` when the pipeline has more than :data:`MAX_OPS` ops (``kinds`` per microbatch and
+    model stage), naming what to lower."""
+    num_ops = num_model_stages * num_microbatches * kinds
+    if num_ops <= MAX_OPS:
+        return
+    most = MAX_OPS // (num_model_stages * kinds)
+    stages = MAX_OPS // (num_microbatches * kinds)
+    if most >= 1:
+        lower = f"lower pipeline.num_microbatches to at most {most} (or use fewer stages)"
+    elif stages >= 1:
+        lower = (f"use at most {stages:,} model stages (pipeline.num_stages x pipeline.num_chunks) with "
+                 f"{num_microbatches} microbatches")
+    else:
+        lower = "lower both pipeline.num_stages and pipeline.num_microbatches"
+    raise ConfigError(
+        f"this pipeline has {num_ops:,} ops per step ({num_model_stages} model stages x {num_microbatches} "
+        f"microbatches x {kinds} kinds); pipeplan replays at most {MAX_OPS:,}: {lower}"
+    )
+
+
 @dataclass(frozen=True)
 class Problem:
     """A synchronous pipeline to schedule, in normalised form.
@@ -219,6 +240,7 @@ class Problem:
         num_devices = _as_count("pipeline.num_stages", num_stages)
         _as_count("pipeline.num_microbatches", num_microbatches)
         num_chunks = _as_count("pipeline.num_chunks", num_chunks)
+        _check_size(num_devices * num_chunks, num_microbatches, 2)  # before any per-stage list is built
         checked_placement = _check_placement(placement, num_chunks)
         devices = _devices_of_stages(num_devices, num_chunks, checked_placement)
 
@@ -280,14 +302,7 @@ class Problem:
         for s in range(self.num_model_stages):
             if self.forward[s] + self.backward[s] + weights[s] <= 0:
                 raise ConfigError(f"stage {s} has zero forward and backward time; give costs.forward > 0")
-        num_ops = self.num_model_stages * self.num_microbatches * len(self.kinds)
-        if num_ops > MAX_OPS:
-            most = MAX_OPS // (self.num_model_stages * len(self.kinds))
-            raise ConfigError(
-                f"this pipeline has {num_ops:,} ops per step ({self.num_model_stages} model stages x "
-                f"{self.num_microbatches} microbatches x {len(self.kinds)} kinds); pipeplan replays at most "
-                f"{MAX_OPS:,}: lower pipeline.num_microbatches to at most {most} (or use fewer stages)"
-            )
+        _check_size(self.num_model_stages, self.num_microbatches, len(self.kinds))
         if self.total_time() > MAX_TOTAL:
             raise ConfigError(
                 f"one step's op times and latencies add up to {self.total_time():.3g}, above {MAX_TOTAL:g} in the "

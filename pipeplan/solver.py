@@ -59,7 +59,8 @@ __all__ = ["FEASIBLE", "MAX_MODEL_OPS", "OPTIMAL", "InfeasibleBudget", "Progress
 log = logging.getLogger(__name__)
 
 
-# Largest power of ten tried when turning float costs into integer ticks; beyond it values are rounded.
+# Most powers of ten tried above the largest value's order of magnitude when turning float costs into integer
+# ticks (a tick of a millionth of it); beyond them values are rounded.
 _MAX_SCALE_EXPONENT = 6
 # The largest tick count any sum in the model may reach; problems are validated to stay far below it.
 _MAX_TICKS = 2**53
@@ -261,10 +262,17 @@ def _rounded(ticks: float, rounding: Callable[[float], int]) -> float:
 
 def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
     """The smallest power of ten that makes every value a whole number of ticks (up to float noise), and whether
-    one up to 10**6 does; never so large that ``total`` (the largest sum the model forms) leaves the integers a
-    float holds exactly (2**53)."""
+    one does that resolves a millionth of the largest value (values of 1e-9 need 10**9 ticks per unit to be
+    whole: times and memory may be in any unit); never so large that ``total`` (the largest sum the model forms)
+    leaves the integers a float holds exactly (2**53)."""
+    positive = [abs(v) for v in values if v != 0]
+    # Tried from the power at which the largest value is at least a tenth of a tick (the unit's 10**0 for values
+    # from 0.1 up): no power below it makes that value a whole number of ticks.
+    start = max(0, -math.floor(math.log10(max(positive))) - 1) if positive else 0
+    while start > 0 and total * 10**start > _MAX_TICKS:
+        start -= 1
     largest = 0
-    for exponent in range(_MAX_SCALE_EXPONENT + 1):
+    for exponent in range(start, start + _MAX_SCALE_EXPONENT + 1):
         scale = 10**exponent
         if total * scale > _MAX_TICKS and exponent > 0:
             break
@@ -282,10 +290,11 @@ def _all_times(problem: Problem) -> list[float]:
 def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     """The problem in integer ticks for CP-SAT: (ticked problem, ticks per time unit, exact).
 
-    Times are multiplied by the smallest power of ten (up to 10**6) that makes every cost and latency whole,
-    memory likewise. When no such power exists the ticked problem is a relaxation of the real one: durations
-    and memory demands are rounded down and budgets up, so every real schedule stays feasible there and its
-    lower bounds stay valid; the real problem's replay decides feasibility and values either way.
+    Times are multiplied by the smallest power of ten (up to one that resolves a millionth of the largest time)
+    that makes every cost and latency whole, memory likewise. When no such power exists the ticked problem is a
+    relaxation of the real one: durations and memory demands are rounded down and budgets up, so every real
+    schedule stays feasible there and its lower bounds stay valid; the real problem's replay decides
+    feasibility and values either way.
     """
     time_scale, exact_time = _scale_for(_all_times(problem), problem.total_time())
     act = problem.activation

@@ -48,7 +48,13 @@ def action_text(problem: Problem, op: Op) -> str:
 
 
 def to_torch_csv(problem: Problem, schedule: Schedule) -> str:
-    """The compute-only CSV of ``schedule``: one row per rank, its actions in run order, no header."""
+    """The compute-only CSV of ``schedule``: one row per rank, its actions in run order, no header. Raises
+    :class:`~pipeplan.schedule.ScheduleError` unless ``schedule`` is a valid schedule of ``problem`` (every op
+    once, on its own device, in an order that runs): only such a file is one :func:`from_torch_csv` reads back
+    and PyTorch runs."""
+    if not isinstance(schedule, Schedule):
+        raise ScheduleError(f"schedule must be a pipeplan Schedule, got {type(schedule).__name__}")
+    simulate(problem, schedule)  # raises what does not fit the problem
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     for order in schedule.orders:

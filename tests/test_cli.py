@@ -505,6 +505,19 @@ def test_import_pipeplan_loads_nothing_heavy() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
 
 
+def test_the_library_never_prints_its_warnings_unless_the_application_asks() -> None:
+    """Costs that are not whole ticks make the solver log a warning; a script that configured no logging used to
+    get it on stderr (Python's last-resort handler). With logging configured it still comes through."""
+    solve = ("import pipeplan; pipeplan.solve(pipeplan.Problem.build(3, 4, forward=[1 / 3, 1.0, 1.0], budget=2), "
+             "time_limit_s=1, num_workers=1)")
+    quiet = subprocess.run([sys.executable, "-c", solve], check=True, cwd=ROOT, timeout=120, capture_output=True,
+                           text=True)
+    assert quiet.stderr == ""
+    loud = subprocess.run([sys.executable, "-c", f"import logging; logging.basicConfig(); {solve}"], check=True,
+                          cwd=ROOT, timeout=120, capture_output=True, text=True)
+    assert "not whole ticks" in loud.stderr
+
+
 def test_a_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback() -> None:
     """SIGINT raised while pipeplan.cli is being imported (the first second of every command): one line, 130.
     Without the entry point holding it back, the KeyboardInterrupt escaped from the import as a traceback (or

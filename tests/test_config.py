@@ -233,3 +233,16 @@ def test_with_chunks_a_per_stage_message_says_its_values_are_per_chunk() -> None
     with pytest.raises(ConfigError, match=r"\(0.75\) is above memory.activation \(0.5\) on stage 0 \(per chunk: a "
                                           r"device's values are split over its 2 chunks\); "):
         Problem.build(**fields, num_chunks=2)
+
+
+@pytest.mark.parametrize(("stages", "microbatches", "message"), [
+    (10**7, 8, "use at most 125,000 model stages (pipeline.num_stages x pipeline.num_chunks) with 8 microbatches"),
+    (8, 10**9, "lower pipeline.num_microbatches to at most 125000"),
+    (10**7, 10**7, "lower both pipeline.num_stages and pipeline.num_microbatches"),
+])
+def test_a_pipeline_too_large_to_replay_is_refused_before_it_is_built(stages: int, microbatches: int,
+                                                                       message: str) -> None:
+    # Checked before any per-stage list is made: 10**7 stages used to take a minute and gigabytes of memory
+    # before the same check said "at most 0" microbatches, and 10**8 ran out of memory.
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Problem.build(stages, microbatches)

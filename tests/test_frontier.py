@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from pipeplan import Problem, schedule_names
+from pipeplan import ConfigError, Problem, schedule_names
 from pipeplan.cli import USER_ERROR, main
 from pipeplan.config import SolverSettings
 from pipeplan.frontier import INFEASIBLE, FrontierRow, SweepProgress, _carry_bounds_down, _keep_previous, frontier
@@ -78,6 +79,27 @@ def test_a_budget_below_one_activation_is_a_row_with_the_reason() -> None:
     assert "memory.budget (0.5) on device 0 is below one activation (1)" in first.note
     assert [row.budget for row in rows].count(0.5) == 1  # no named rows: no problem can be built there
     assert second.status != INFEASIBLE and second.objective is not None and second.note == ""
+
+
+@pytest.mark.parametrize(("budgets", "message"), [
+    ([float("inf")], "budgets[0] must be a finite number > 0, got inf"),
+    ([4, float("nan")], "budgets[1] must be a finite number > 0, got nan"),
+    ([0], "budgets[0] must be a finite number > 0, got 0"),
+    ([True], "budgets[0] must be a number, got True"),
+    (["4"], "budgets[0] must be a number, got '4'"),
+    (4, "budgets must be a list of numbers, got 4"),
+    ([], "give at least one budget"),
+], ids=["inf", "nan", "zero", "bool", "string", "number", "empty"])
+def test_bad_budgets_name_the_argument(budgets: object, message: str) -> None:
+    # inf and nan used to be solved (a row with budget nan, or "no budget from inf to inf admits a schedule"),
+    # True taken as 1, and the others failed inside Python (TypeError, ValueError without the name).
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        frontier(Problem.build(3, 4), budgets, SolverSettings(time_limit_s=1))  # type: ignore[arg-type]
+
+
+def test_settings_must_be_solver_settings() -> None:
+    with pytest.raises(ConfigError, match="settings must be a SolverSettings"):
+        frontier(Problem.build(3, 4), [4], None)  # type: ignore[arg-type]
 
 
 def test_a_budget_below_the_chunks_minimum_is_a_row_and_all_such_budgets_an_error() -> None:

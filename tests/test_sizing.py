@@ -292,6 +292,9 @@ BAD_ESTIMATES: list[tuple[dict[str, Any], str]] = [
     ({"schedule": "zb-x"}, "unknown schedule 'zb-x'; valid names: gpipe, 1f1b"),
     ({"pipeline_parallel": 2, "layers_per_stage": [4, 5]}, "layers_per_stage sums to 9, but the model has 8"),
     ({"pipeline_parallel": 2, "layers_per_stage": [8]}, "layers_per_stage has 1 values; give one per model stage"),
+    ({"pipeline_parallel": 2, "placement": "v"}, "V placement needs num_chunks = 2 (two chunks per device), got 1"),
+    ({"pipeline_parallel": 2, "placement": "x", "num_chunks": 2}, "placement must be one of loop, v, got 'x'"),
+    ({"pipeline_parallel": 2, "placement": "v", "schedule": "optimal"}, "V placement needs num_chunks = 2"),
 ]
 
 
@@ -405,6 +408,34 @@ def test_sweep_rejects_bad_lists() -> None:
         sweep(model=TINY, hardware="h100-80gb", num_gpus=8, global_batch_size=8, seq_len=64, recompute=["most"])
     with pytest.raises(ConfigError, match="tensor_parallel is empty"):
         sweep(model=TINY, hardware="h100-80gb", num_gpus=8, global_batch_size=8, seq_len=64, tensor_parallel=[])
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"tensor_parallel": [0]}, "tensor_parallel must be a whole number >= 1 or a list of them, got 0"),
+    ({"num_gpus": -8}, "num_gpus must be a whole number >= 1 or a list of them, got -8"),
+    ({"pipeline_parallel": [2, 1.5]}, "pipeline_parallel must be a whole number >= 1 or a list of them, got 1.5"),
+    ({"microbatch_size": [True]}, "microbatch_size must be a whole number >= 1 or a list of them, got True"),
+    ({"time_limit_s": -1}, "time_limit_s must be a number of seconds > 0, got -1"),
+    ({"time_limit_s": float("nan")}, "time_limit_s must be a number of seconds > 0, got nan"),
+    ({"processes": 0}, "processes must be a whole number >= 1, got 0"),
+    ({"optimal_top": -1}, r"optimal_top must be a whole number >= 1 \(or None\), got -1"),
+    ({"num_workers": 0}, r"num_workers must be a whole number >= 1 \(or None\), got 0"),
+], ids=lambda value: str(value)[:30])
+def test_sweep_names_the_argument_out_of_range(overrides: dict[str, Any], message: str) -> None:
+    # These used to raise ZeroDivisionError (tensor_parallel 0), or to run with every row skipped for a reason
+    # naming a field the caller never set (num_gpus -8: "setup.data_parallel must be > 0").
+    kwargs: dict[str, Any] = {"model": TINY, "hardware": "h100-80gb", "num_gpus": 8, "global_batch_size": 8,
+                              "seq_len": 64, "tensor_parallel": 1, "pipeline_parallel": 2}
+    with pytest.raises(ConfigError, match=message):
+        sweep(**{**kwargs, **overrides})
+
+
+def test_sweep_takes_any_sequence_of_sizes() -> None:
+    kwargs: dict[str, Any] = {"model": TINY, "hardware": "h100-80gb", "num_gpus": 8, "global_batch_size": 8,
+                              "seq_len": 64}
+    as_list = sweep(**kwargs, tensor_parallel=[1, 2], pipeline_parallel=[2])
+    as_others = sweep(**kwargs, tensor_parallel=range(1, 3), pipeline_parallel=(p for p in [2]))
+    assert as_others.equals(as_list)
 
 
 # ---------------------------------------------------------------------------------------- validation

@@ -11,7 +11,17 @@ from typing import Any
 
 import pytest
 
-from pipeplan import ConfigError, Problem, Schedule, compute_metrics, generate, schedule_names, simulate, solve
+from pipeplan import (
+    ConfigError,
+    Problem,
+    Schedule,
+    ScheduleError,
+    compute_metrics,
+    generate,
+    schedule_names,
+    simulate,
+    solve,
+)
 from pipeplan.cli import USER_ERROR, main
 from pipeplan.torch_csv import from_torch_csv, read_torch_csv, to_torch_csv
 
@@ -68,6 +78,17 @@ def test_export_reads_back_to_the_same_orders(label: str, problem: Problem, sche
     kinds = {cell[len(cell.rstrip("0123456789")) - 1] for row in rows for cell in row.split(",")}
     assert kinds == ({"F", "I", "W"} if problem.split_backward else {"F", "B"})
     assert from_torch_csv(problem, text, name=schedule.name).orders == schedule.orders
+
+
+def test_export_refuses_a_schedule_of_another_problem() -> None:
+    # It used to write a file of 2 rows with W actions for a 3-rank problem without W, which the import refuses.
+    other = generate("zb-h1", Problem.build(2, 2, backward_weight=1.0))
+    with pytest.raises(ScheduleError, match="has 2 device orders, expected 3"):
+        to_torch_csv(Problem.build(3, 2), other)
+    with pytest.raises(ScheduleError, match="has op W0@s0, but this problem has no W ops"):
+        to_torch_csv(Problem.build(2, 2), other)
+    with pytest.raises(ScheduleError, match="schedule must be a pipeplan Schedule, got NoneType"):
+        to_torch_csv(Problem.build(2, 2), None)  # type: ignore[arg-type]
 
 
 def test_cells_spell_stage_kind_microbatch() -> None:

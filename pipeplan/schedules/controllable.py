@@ -56,6 +56,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from pipeplan.metrics import fits_budget
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.schedule import Schedule
 from pipeplan.schedules import register, require_chunks
@@ -171,8 +172,7 @@ class _Grid:
         """Whether ``op`` (a forward) may allocate at ``new`` instead of ``slot`` within its device's peak."""
         device = self.problem.device_of(op.stage)
         live = self.live[device]
-        room = self.limit[device] - self.problem.allocated_by(op.kind, op.stage)
-        return max(live[new:slot]) <= room + 1e-9
+        return fits_budget(max(live[new:slot]) + self.problem.allocated_by(op.kind, op.stage), self.limit[device])
 
     def squeeze(self) -> None:
         """Move every op, in slot order, to the earliest free slot its dependencies and its device's peak allow."""
@@ -235,7 +235,7 @@ def fitted(problem: Problem, deadline: float = math.inf,
         return built[block, k]
 
     def fits(block: Block, k: int | None) -> bool:
-        return all(peak <= room + 1e-9 for peak, room in zip(grid(block, k).peak, budget))
+        return all(fits_budget(peak, room) for peak, room in zip(grid(block, k).peak, budget))
 
     if fits(v_min_block, None):
         return []  # V-Min itself fits: it and what the search makes of it do better (see the module docstring)

@@ -30,7 +30,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from pipeplan.metrics import MEMORY_TOLERANCE
+from pipeplan.metrics import fits_budget
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.schedule import Schedule
 
@@ -175,8 +175,7 @@ class _ListScheduler:
                 heapq.heappush(self.ready[device][op.kind], ((op.microbatch, -op.stage), op))
 
     def _fits(self, device: int, need: float) -> bool:
-        budget = self.budget[device]
-        return self.committed[device] + need <= budget * (1 + MEMORY_TOLERANCE) + MEMORY_TOLERANCE
+        return fits_budget(self.committed[device] + need, self.budget[device])
 
     def _admissible(self, device: int, op: Op) -> bool:
         """Whether forward ``op`` may start now (B and W always may)."""

@@ -27,7 +27,7 @@ import math
 import time
 from collections import deque
 
-from pipeplan.metrics import MEMORY_TOLERANCE
+from pipeplan.metrics import fits_budget
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.schedules import register, require_chunks
@@ -76,8 +76,7 @@ def smaller_groups(problem: Problem, deadline: float = math.inf) -> list[Schedul
     budget = problem.budget
     if budget is None:
         return []
-    room = budget[0] * (1 + MEMORY_TOLERANCE) + MEMORY_TOLERANCE  # as the metrics judge a peak
-    if _held_by_rank_0(problem, chunk_table(p, n, v), None) <= room:
+    if fits_budget(_held_by_rank_0(problem, chunk_table(p, n, v), None), budget[0]):  # as the metrics judge a peak
         return []
     found = []
     for g in range(group_sizes(p, n)[0] - 1, max(1, math.ceil((p - 1) / 2)) - 1, -1):
@@ -85,7 +84,7 @@ def smaller_groups(problem: Problem, deadline: float = math.inf) -> list[Schedul
             break
         sizes = [g] * (n // g) + ([n % g] if n % g else [])
         table = chunk_table(p, n, v, sizes)
-        if _held_by_rank_0(problem, table, g) > room:
+        if not fits_budget(_held_by_rank_0(problem, table, g), budget[0]):
             continue
         schedule = Schedule.from_lists(f"interleaved-zb-g{g}", _orders(problem, table, g))
         try:

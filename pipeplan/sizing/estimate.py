@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from pipeplan.metrics import Metrics, compute_metrics
-from pipeplan.problem import ConfigError
+from pipeplan.problem import PLACEMENTS, ConfigError
 from pipeplan.schedule import NotApplicable, Schedule
 from pipeplan.schedules import generate, get
 from pipeplan.simulate import Timeline, simulate
@@ -38,6 +38,14 @@ def check_schedule(name: str) -> None:
             raise ConfigError(f"{exc}, {OPTIMAL}") from None
 
 
+def check_placement(placement: str | None, num_chunks: int) -> None:
+    """Raise :class:`ConfigError` unless ``placement`` is None, "loop", or "v" with 2 chunks per device."""
+    if placement is not None and placement not in PLACEMENTS:
+        raise ConfigError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    if placement == "v" and num_chunks != 2:
+        raise ConfigError(f"V placement needs num_chunks = 2 (two chunks per device), got {num_chunks}")
+
+
 def place_named(schedule: str, num_chunks: int, build: Callable[[bool, str], SizedProblem],
                 placement: str | None = None) -> tuple[SizedProblem, Schedule]:
     """The problem a named schedule runs on and its orders, generated as a framework runs it.
@@ -45,8 +53,10 @@ def place_named(schedule: str, num_chunks: int, build: Callable[[bool, str], Siz
     Tries the :data:`~pipeplan.sizing.build.VARIANTS` in order (only ``placement`` when given) and keeps the
     first the generator accepts; ``build(split_backward, placement)`` makes each. The schedule is generated
     without the budget (Megatron-LM's 1F1B warms up P - r - 1 microbatches whatever the memory). Raises the
-    first variant's :class:`NotApplicable` when none applies.
+    first variant's :class:`NotApplicable` when none applies, and :class:`ConfigError` for a placement that
+    is not "loop" or "v" (V with 2 chunks per device only).
     """
+    check_placement(placement, num_chunks)
     first: NotApplicable | None = None
     for split, where in VARIANTS:
         if (placement is not None and where != placement) or (where == "v" and num_chunks != 2):
@@ -157,6 +167,7 @@ def estimate(
         return build_problem(model_rec, hardware_rec, setup, split_backward=split, placement=where,
                              layers_per_stage=layers_per_stage, balanced=balanced)
 
+    check_placement(placement, num_chunks)
     if schedule == OPTIMAL:
         split, where = optimizer_variant(num_chunks)
         sized = build(split, placement or where)

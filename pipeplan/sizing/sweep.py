@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
+import numbers
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,10 +47,33 @@ SweepProgress = Progress
 
 
 def _as_list(name: str, value: object) -> list[Any]:
-    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    values = list(value) if isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping)) else [value]
     if not values:
         raise ConfigError(f"{name} is empty; give at least one value")
     return values
+
+
+def _whole_numbers(name: str, value: object) -> list[int]:
+    """A search-space argument (one whole number or a list of them) as a list; :class:`ConfigError` naming
+    ``name`` unless each is a whole number >= 1."""
+    values = _as_list(name, value)
+    for item in values:
+        if isinstance(item, bool) or not isinstance(item, numbers.Integral) or item < 1:
+            raise ConfigError(f"{name} must be a whole number >= 1 or a list of them, got {item!r}")
+    return [int(item) for item in values]
+
+
+def _check_options(time_limit_s: object, optimal_top: object, num_workers: object, processes: object) -> None:
+    """:class:`ConfigError` naming the first of the sweep's scalar options out of range."""
+    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, numbers.Real) \
+            or not math.isfinite(time_limit_s) or time_limit_s <= 0:
+        raise ConfigError(f"time_limit_s must be a number of seconds > 0, got {time_limit_s!r}")
+    for name, value, optional in (("optimal_top", optimal_top, True), ("num_workers", num_workers, True),
+                                  ("processes", processes, False)):
+        if (value is not None or not optional) and (
+                isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+            none = " (or None)" if optional else ""
+            raise ConfigError(f"{name} must be a whole number >= 1{none}, got {value!r}")
 
 
 def _label(setup: Setup) -> str:
@@ -177,10 +202,11 @@ def sweep_with_stats(
     for mode in modes:
         if mode not in RECOMPUTE_MODES:
             raise ConfigError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {mode!r}")
+    _check_options(time_limit_s, optimal_top, num_workers, processes)
     space = list(itertools.product(
-        _as_list("num_gpus", num_gpus), _as_list("tensor_parallel", tensor_parallel),
-        _as_list("pipeline_parallel", pipeline_parallel), _as_list("microbatch_size", microbatch_size),
-        _as_list("num_chunks", num_chunks), modes,
+        _whole_numbers("num_gpus", num_gpus), _whole_numbers("tensor_parallel", tensor_parallel),
+        _whole_numbers("pipeline_parallel", pipeline_parallel), _whole_numbers("microbatch_size", microbatch_size),
+        _whole_numbers("num_chunks", num_chunks), modes,
     ))
     rows: list[dict[str, Any]] = []
     built: list[Setup] = []  # configurations that can run
