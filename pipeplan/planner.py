@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeplan import schedules
+from pipeplan.bounds import minimum_budget
 from pipeplan.config import SolverSettings
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.problem import ConfigError, Problem
@@ -40,13 +41,15 @@ def gpipe_flush_sizes(num_microbatches: int) -> list[int]:
 LAYOUTS: tuple[tuple[int, str], ...] = ((1, "loop"), (2, "loop"), (2, "v"))
 
 
-def candidate_schedules(problem: Problem) -> list[Schedule]:
+def candidate_schedules(problem: Problem, chunked_gpipe: bool = False) -> list[Schedule]:
     """Every variant the planner considers on one layout: each applicable generator, and with one chunk per
-    device GPipe at every flush size."""
+    device GPipe at every flush size. With chunks GPipe is left out (one chunk runs it with the same memory and
+    no more bubble), unless ``chunked_gpipe``: then it comes in the fewest flushes that fit."""
     variants: list[Schedule] = []
     if problem.num_chunks == 1:
         variants.extend(gpipe_with_flush_size(problem, k) for k in gpipe_flush_sizes(problem.num_microbatches))
-    built, reasons = schedules.generate_applicable(problem, skip=("gpipe",))
+    skip = () if problem.num_chunks > 1 and chunked_gpipe else ("gpipe",)
+    built, reasons = schedules.generate_applicable(problem, skip=skip)
     for name, reason in reasons.items():
         log.info("skipping %s: %s", name, reason)
     return variants + built
@@ -125,30 +128,38 @@ def plan(
         layouts = [layout for layout in LAYOUTS if layout[1] == placement] or [(1, placement)]
     else:
         layouts = LAYOUTS
-    evaluated: list[tuple[Problem, Metrics]] = []
+    problems: list[Problem] = []  # every layout is built (and checked) before any is replayed
     for chunks, where in layouts:
-        with _named_as_plan_keywords():
-            problem = Problem.build(
-                num_stages=num_stages,
-                num_microbatches=total_microbatches,
-                forward=forward,
-                backward=backward,
-                backward_weight=backward_weight,
-                comm=comm,
-                activation=activation,
-                weight_activation=weight_activation,
-                budget=memory_budget,
-                num_chunks=chunks,
-                placement=where,
-            )
-        evaluated.extend((problem, compute_metrics(simulate(problem, s))) for s in candidate_schedules(problem))
-    if not evaluated:  # GPipe applies to one chunk, interleaved 1F1B to loop placement: only V can have none
-        raise ConfigError("no schedule applies: every registered schedule in V placement splits the backward into "
-                          "B and W; give backward_weight > 0 (or placement='loop')")
+        try:
+            with _named_as_plan_keywords():
+                problems.append(Problem.build(
+                    num_stages=num_stages,
+                    num_microbatches=total_microbatches,
+                    forward=forward,
+                    backward=backward,
+                    backward_weight=backward_weight,
+                    comm=comm,
+                    activation=activation,
+                    weight_activation=weight_activation,
+                    budget=memory_budget,
+                    num_chunks=chunks,
+                    placement=where,
+                ))
+        except ConfigError as exc:
+            if num_chunks is not None or not problems:
+                raise
+            # A layout the caller did not ask for, e.g. 2 chunks on a pipeline too large to replay twice over.
+            log.info("plan: skipping %d chunks in %s placement: %s", chunks, where, exc)
+    # GPipe with chunks only when no layout of one chunk is tried (the caller fixed the chunks or V placement),
+    # so that a budget GPipe fits never meets "no schedule fits".
+    chunked_gpipe = all(problem.num_chunks > 1 for problem in problems)
+    evaluated = [(problem, compute_metrics(simulate(problem, s)))
+                 for problem in problems for s in candidate_schedules(problem, chunked_gpipe)]
     picked = choose([m for _, m in evaluated], [p.num_chunks for p, _ in evaluated])
     if picked is None:
-        raise ConfigError("no schedule fits memory_budget; raise it (GPipe with one microbatch per flush needs "
-                          "one activation per stage on each device)")
+        least = min(max(minimum_budget(problem)) for problem in problems)
+        raise ConfigError(f"no schedule fits memory_budget {memory_budget}; the least that fits one is {least:g} "
+                          "(GPipe with one microbatch per flush holds one microbatch's activations on each device)")
 
     def entry(problem: Problem, m: Metrics) -> dict[str, Any]:
         row = m.to_dict()

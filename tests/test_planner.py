@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from pipeplan import ConfigError, NotApplicable, Problem, SolverSettings, formulas, generate, plan, schedule_names
+from pipeplan import problem as problem_module
 from pipeplan.planner import compare
 
 ENTRY_KEYS = {"schedule", "utilization", "bubble", "makespan", "peak_memory", "fits"}
@@ -119,17 +120,39 @@ def test_planner_picks_zb_v_when_it_fits() -> None:
 
 def test_a_placement_without_chunks_keeps_the_planner_to_that_placement() -> None:
     """placement alone picks the layouts the planner tries (it used to be ignored without num_chunks); V with an
-    unsplit backward has no schedule at all, and the error says which keyword to change."""
+    unsplit backward has GPipe only (it used to be "no schedule applies", though GPipe runs in V placement)."""
     result = plan(num_stages=4, total_microbatches=16, forward=1.0, backward=1.0, backward_weight=1.0,
                   placement="v")
     assert {(c["num_chunks"], c["placement"]) for c in result["candidates"]} == {(2, "v")}
     assert result["chosen"]["placement"] == "v"
     result = plan(num_stages=4, total_microbatches=8, placement="loop")
     assert {(c["num_chunks"], c["placement"]) for c in result["candidates"]} == {(1, "loop"), (2, "loop")}
-    unsplit_v = r"no schedule applies: .* give backward_weight > 0 \(or placement='loop'\)"
     for keywords in ({"placement": "v"}, {"num_chunks": 2, "placement": "v"}):
-        with pytest.raises(ConfigError, match=unsplit_v):
-            plan(num_stages=4, total_microbatches=8, **keywords)
+        result = plan(num_stages=4, total_microbatches=8, memory_budget=2, **keywords)
+        assert [(c["schedule"], c["placement"]) for c in result["candidates"]] == [("gpipe", "v")]
+        assert result["chosen"]["fits"] and result["chosen"]["microbatches_per_flush"] == 2
+
+
+def test_with_chunks_fixed_gpipe_answers_a_budget_nothing_else_fits() -> None:
+    """2 chunks in loop placement at 4 activations on 4 devices: interleaved 1F1B needs more, GPipe fits (two
+    microbatches per flush). It used to say "no schedule fits memory_budget" with a hint about GPipe it had not
+    tried; below one microbatch's activations the error names the least budget."""
+    chosen = plan(num_stages=4, total_microbatches=8, memory_budget=4, num_chunks=2)["chosen"]
+    assert (chosen["schedule"], chosen["num_chunks"], chosen["microbatches_per_flush"]) == ("gpipe", 2, 4)
+    assert chosen["fits"] and chosen["peak_memory"] <= 4
+    with pytest.raises(ConfigError, match="no schedule fits memory_budget 0.5; the least that fits one is 1 "):
+        plan(num_stages=4, total_microbatches=8, memory_budget=0.5, num_chunks=2)
+
+
+def test_a_layout_too_large_to_replay_is_skipped_when_the_planner_picked_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One chunk within the size limit, two chunks over it: the planner answers with one chunk (it used to replay
+    every one-chunk candidate, then fail on the two-chunk layout it had added itself), unless asked for two. The
+    limit is lowered here so that the pipeline is small: 4 devices x 10 microbatches x 2 kinds = 80 ops."""
+    monkeypatch.setattr(problem_module, "MAX_OPS", 100)
+    result = plan(num_stages=4, total_microbatches=10, placement="loop")
+    assert {c["num_chunks"] for c in result["candidates"]} == {1}
+    with pytest.raises(ConfigError, match="pipeplan replays at most 100: lower total_microbatches to at most 6"):
+        plan(num_stages=4, total_microbatches=10, num_chunks=2)
     with pytest.raises(ConfigError, match="placement must be one of loop, v, got 'w'"):
         plan(num_stages=4, total_microbatches=8, placement="w")
 
