@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import yaml
 
-from pipeplan.problem import ConfigError, Problem, shown
+from pipeplan.problem import ConfigError, Problem, expect, shown
 
 Objective = Literal["makespan", "stage_span"]
 OBJECTIVES: tuple[Objective, ...] = ("makespan", "stage_span")
@@ -270,6 +270,7 @@ def load_config(path: str | os.PathLike[str], ignore_budget: bool = False) -> Co
 
     Raises :class:`ConfigError` (a ``ValueError``) with a message that names the problem and how to fix it.
     """
+    expect("path", path, (str, os.PathLike), "the path of a YAML config file")
     file = Path(path)
     try:
         with file.open("rb") as handle:

@@ -201,8 +201,9 @@ def frontier(
                 progress(SweepProgress(index, len(ordered), budget, p))
 
         try:
-            result = solve(at, settings, progress=report, hints=[] if previous is None else [previous[1].schedule],
-                           stop=stop)
+            # The previous answer goes in under its budget's name: "source" then says "budget X" when it wins.
+            hints = [] if previous is None else [replace(previous[1].schedule, name=f"budget {previous[0]:g}")]
+            result = solve(at, settings, progress=report, hints=hints, stop=stop)
         except InfeasibleBudget as exc:
             rows.append(_infeasible_row(budget, str(exc)))
             continue

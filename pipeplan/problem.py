@@ -49,6 +49,19 @@ def _short_repr() -> reprlib.Repr:
 _SHORT_REPR = _short_repr()
 
 
+def expect(name: str, value: object, kind: type | tuple[type, ...], what: str,
+           error: type[PipeplanError] = ConfigError) -> None:
+    """Raise ``error`` naming ``name`` unless ``value`` is an instance of ``kind`` (``what`` says what it must be
+    and how to make one): a wrong type passed to the Python API gets a message, not an AttributeError deep
+    inside."""
+    if not isinstance(value, kind):
+        raise error(f"{name} must be {what}, got {type(value).__name__} {shown(value, 60)}")
+
+
+# What expect() says a problem must be.
+A_PROBLEM = "a pipeplan.Problem (Problem.build(...), or load_config(path).problem)"
+
+
 def shown(value: object, limit: int = 80, quote: bool = True) -> str:
     """``value`` for an error message: its repr (a text's or an error's text without ``quote``), at most ``limit``
     characters.

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeplan.problem import Op, PipeplanError, Problem
+from pipeplan.problem import A_PROBLEM, Op, PipeplanError, Problem, expect, shown
 
 
 class ScheduleError(PipeplanError):
@@ -43,15 +43,25 @@ class Schedule:
         return sum(len(order) for order in self.orders)
 
 
+# What expect() says a schedule must be.
+A_SCHEDULE = "a pipeplan.Schedule (generate(name, problem), solve(problem).schedule, or Schedule.from_lists)"
+
+
 def check_complete(problem: Problem, schedule: Schedule) -> None:
     """Raise :class:`ScheduleError` unless every op of ``problem`` appears exactly once, on its own device."""
+    expect("problem", problem, Problem, A_PROBLEM)
+    expect("schedule", schedule, Schedule, A_SCHEDULE, ScheduleError)
     if len(schedule.orders) != problem.num_devices:
         raise ScheduleError(
             f"schedule {schedule.name!r} has {len(schedule.orders)} device orders, expected {problem.num_devices}"
         )
     valid_kinds = set(problem.kinds)
     for device, order in enumerate(schedule.orders):
-        for op in order:
+        for position, op in enumerate(order):
+            if not isinstance(op, Op):
+                raise ScheduleError(f"schedule {schedule.name!r} holds {shown(op, 40)} at position {position} of "
+                                    f"device {device}, not an Op; make ops with problem.op(OpKind.F, stage, "
+                                    "microbatch)")
             if not (0 <= op.stage < problem.num_model_stages and 0 <= op.microbatch < problem.num_microbatches):
                 raise ScheduleError(f"schedule {schedule.name!r} has op {op.label}, which is not in the problem")
             if op.kind not in valid_kinds:

@@ -46,8 +46,8 @@ from pipeplan.bounds import (
 )
 from pipeplan.config import SolverSettings
 from pipeplan.metrics import Metrics, compute_metrics
-from pipeplan.problem import ConfigError, Op, OpKind, Problem
-from pipeplan.schedule import Schedule, ScheduleError
+from pipeplan.problem import A_PROBLEM, ConfigError, Op, OpKind, Problem, expect
+from pipeplan.schedule import A_SCHEDULE, Schedule, ScheduleError
 from pipeplan.schedules import controllable, interleaved_zb
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.schedules.greedy import greedy_schedule, rules_for
@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 # Most powers of ten tried above the largest value's order of magnitude when turning float costs into integer
 # ticks (a tick of a millionth of it); beyond them values are rounded.
 _MAX_SCALE_EXPONENT = 6
+# The largest power of ten used as a scale: ticks are floats, and 10**308 is near the largest a float holds.
+_MAX_FLOAT_EXPONENT = 300
 # The largest tick count any sum in the model may reach; problems are validated to stay far below it.
 _MAX_TICKS = 2**53
 _EPS = 1e-9
@@ -269,6 +271,7 @@ def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
     # Tried from the power at which the largest value is at least a tenth of a tick (the unit's 10**0 for values
     # from 0.1 up): no power below it makes that value a whole number of ticks.
     start = max(0, -math.floor(math.log10(max(positive))) - 1) if positive else 0
+    start = min(start, _MAX_FLOAT_EXPONENT - _MAX_SCALE_EXPONENT)  # a scale a float holds (values near 1e-308)
     while start > 0 and total * 10**start > _MAX_TICKS:
         start -= 1
     largest = 0
@@ -280,6 +283,19 @@ def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
         if all(_is_whole(v * scale) for v in values):
             return scale, True
     return largest, False
+
+
+def _resolution(problem: Problem) -> str:
+    """The solver's time resolution, for a message: a millionth of the largest cost."""
+    return f"about a millionth of the largest cost or latency, {max(_all_times(problem)):g}"
+
+
+def _least_cost(problem: Problem, which: str) -> str:
+    """How to bring a cost below the resolution above it, for a message."""
+    largest = max(_all_times(problem))
+    if largest < 10.0 ** (_MAX_SCALE_EXPONENT - _MAX_FLOAT_EXPONENT):
+        return "express times in a larger unit"
+    return f"raise {which} to at least {largest / 10**_MAX_SCALE_EXPONENT:g}"
 
 
 def _all_times(problem: Problem) -> list[float]:
@@ -316,16 +332,15 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     if problem.split_backward and min(weights) == 0:
         raise ConfigError(
             f"costs.backward_weight {min(problem.backward_weight):g} is below the solver's resolution "
-            f"(1e-6 of the config's unit next to costs up to {max(_all_times(problem)):g}); express times in a "
-            "smaller unit"
+            f"({_resolution(problem)}); {_least_cost(problem, 'it')} or make the backward unsplit (backward_weight 0 "
+            "everywhere)"
         )
 
     for s in range(problem.num_model_stages):
         if max(down([problem.forward[s], problem.backward[s], problem.backward_weight[s]], time_scale)) == 0:
             raise ConfigError(
                 f"the costs of stage {s} (forward {problem.forward[s]:g}, backward {problem.backward[s]:g}) are "
-                f"below the solver's resolution (1e-6 of the config's unit next to costs up to "
-                f"{max(_all_times(problem)):g}); express times in a smaller unit"
+                f"below the solver's resolution ({_resolution(problem)}); {_least_cost(problem, 'them')}"
             )
     # Each release is rounded down on its own, so the ticked activation is their sum.
     held_after_b = down([problem.released_by(OpKind.B, s) for s in range(problem.num_model_stages)], memory_scale)
@@ -623,6 +638,14 @@ def solve(
     and a fixed seed the answer is reproducible when the search ends before the time limit. Raises
     :class:`InfeasibleBudget` when no schedule fits the budget at all.
     """
+    expect("problem", problem, Problem, A_PROBLEM)
+    if settings is not None:
+        expect("settings", settings, SolverSettings, "a pipeplan.SolverSettings or None")
+    if isinstance(hints, Schedule):
+        hints = [hints]
+    expect("hints", hints, (list, tuple), "a list of schedules, e.g. [generate('1f1b', problem)]")
+    for hint in hints:
+        expect("each of hints", hint, Schedule, A_SCHEDULE)
     settings = _settings(settings, objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
                          random_seed=random_seed)
     started = time.monotonic()

@@ -445,14 +445,15 @@ def test_huge_budgets_in_a_frontier_are_unlimited_not_an_overflow(capsys: pytest
 def test_costs_below_the_solver_resolution_simulate_but_solve_names_the_unit_fix(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """1e-300 per op replays fine, but CP-SAT's integer ticks (down to 1e-6 of the unit) cannot hold it."""
+    """1e-12 on one stage next to 2 on the others replays fine, but CP-SAT's integer ticks (down to about a
+    millionth of the largest cost) cannot hold it."""
     config = str(CONFIGS / "unsolvable-below-resolution.yaml")
     code, _, err = run(capsys, "simulate", config, "--schedule", "1f1b")
     assert code == 0, err
     code, stdout, err = run(capsys, "solve", config, "--quiet", "--out", str(tmp_path / "out"))
     assert code == USER_ERROR and stdout == "" and not (tmp_path / "out").exists()
-    assert "the costs of stage 0 (forward 1e-300, backward 1e-300) are below the solver's resolution" in err
-    assert "express times in a smaller unit" in err
+    assert "the costs of stage 1 (forward 1e-12, backward 1e-12) are below the solver's resolution" in err
+    assert "raise them to at least 2e-06" in err
 
 
 def test_optimizer_notes_say_where_the_answer_came_from_when_the_whole_model_search_found_nothing() -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS
 
-from pipeplan import ConfigError, Problem, load_config
+from pipeplan import ConfigError, Problem, Schedule, ScheduleError, generate, load_config, simulate, solve
 from pipeplan.config import SolverSettings, config_from_dict, load_yaml
 
 SEED = CONFIGS.parent.parent / "models" / "seed-8x64.yaml"
@@ -246,3 +247,35 @@ def test_a_pipeline_too_large_to_replay_is_refused_before_it_is_built(stages: in
     # before the same check said "at most 0" microbatches, and 10**8 ran out of memory.
     with pytest.raises(ConfigError, match=re.escape(message)):
         Problem.build(stages, microbatches)
+
+
+def _problem() -> Problem:
+    return Problem.build(3, 4)
+
+
+# Wrong types handed to the Python API: each used to fail inside (AttributeError, TypeError) instead of naming
+# the argument. (call, error, message)
+WRONG_TYPES: list[tuple[Any, type[Exception], str]] = [
+    (lambda: simulate(_problem(), Schedule.from_lists("x", [["F0", "B0"], [], []])), ScheduleError,
+     "schedule 'x' holds 'F0' at position 0 of device 0, not an Op; make ops with problem.op("),
+    (lambda: simulate(_problem(), None), ScheduleError, "schedule must be a pipeplan.Schedule"),
+    (lambda: simulate("p", generate("1f1b", _problem())), ConfigError, "problem must be a pipeplan.Problem"),
+    (lambda: solve("models/seed-8x64.yaml"), ConfigError,
+     "problem must be a pipeplan.Problem (Problem.build(...), or load_config(path).problem), got str"),
+    (lambda: solve(_problem(), {"time_limit_s": 1}), ConfigError, "settings must be a pipeplan.SolverSettings"),
+    (lambda: solve(_problem(), hints="1f1b"), ConfigError, "hints must be a list of schedules"),
+    (lambda: solve(_problem(), hints=[None]), ConfigError, "each of hints must be a pipeplan.Schedule"),
+    (lambda: generate("1f1b", "x"), ConfigError, "problem must be a pipeplan.Problem"),
+    (lambda: load_config(None), ConfigError, "path must be the path of a YAML config file, got NoneType"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "message"), WRONG_TYPES, ids=[row[2][:30] for row in WRONG_TYPES])
+def test_a_wrong_type_names_the_argument(call: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        call()
+
+
+def test_one_schedule_as_hints_is_taken_as_a_list() -> None:
+    problem = _problem()
+    assert solve(problem, hints=generate("1f1b", problem), time_limit_s=5, num_workers=1).metrics.feasible

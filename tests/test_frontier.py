@@ -11,10 +11,12 @@ import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pipeplan import ConfigError, Problem, schedule_names
+from pipeplan import frontier as frontier_module
 from pipeplan.cli import USER_ERROR, main
 from pipeplan.config import SolverSettings
 from pipeplan.frontier import INFEASIBLE, FrontierRow, SweepProgress, _carry_bounds_down, _keep_previous, frontier
@@ -215,3 +217,22 @@ def test_frontier_ignores_a_budget_in_the_config_that_admits_nothing(tmp_path: P
     assert "OPTIMAL" in out
     assert main(["solve", str(config), "--time-limit", "2"]) == 2
     assert "below one activation" in capsys.readouterr().err
+
+
+def test_each_budget_is_warm_started_from_the_previous_answer_under_its_budgets_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Solved in sequence, each budget gets the previous answer as a warm start, named by its budget, so that when
+    it wins the row's source says "budget X" (it used to say "optimal", the previous answer's schedule name)."""
+    real_solve = frontier_module.solve
+    hints_seen: list[list[str]] = []
+
+    def recording_solve(*args: Any, **kwargs: Any) -> Any:
+        hints_seen.append([hint.name for hint in kwargs.get("hints", [])])
+        return real_solve(*args, **kwargs)
+
+    monkeypatch.setattr(frontier_module, "solve", recording_solve)
+    problem = Problem.build(4, 8, forward=1, backward=1, backward_weight=0.5, comm=0.03)
+    rows = [r for r in frontier(problem, [4, 5, 6], SolverSettings(time_limit_s=1, num_workers=2))
+            if r.schedule == "optimal"]
+    assert hints_seen == [[], ["budget 4"], ["budget 5"]]
+    assert all(r.source != "optimal" for r in rows)

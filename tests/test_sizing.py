@@ -293,6 +293,8 @@ BAD_ESTIMATES: list[tuple[dict[str, Any], str]] = [
     ({"pipeline_parallel": 2, "layers_per_stage": [4, 5]}, "layers_per_stage sums to 9, but the model has 8"),
     ({"pipeline_parallel": 2, "layers_per_stage": [8]}, "layers_per_stage has 1 values; give one per model stage"),
     ({"pipeline_parallel": 2, "placement": "v"}, "V placement needs num_chunks = 2 (two chunks per device), got 1"),
+    ({"pipeline_parallel": 2, "layers_per_stage": [4, 4], "balanced": True},
+     "give layers_per_stage or balanced=True, not both"),
     ({"pipeline_parallel": 2, "placement": "x", "num_chunks": 2}, "placement must be one of loop, v, got 'x'"),
     ({"pipeline_parallel": 2, "placement": "v", "schedule": "optimal"}, "V placement needs num_chunks = 2"),
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeplan.problem import ConfigError, Problem
+from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect
 from pipeplan.schedule import NotApplicable, Schedule
 
 Generator = Callable[[Problem], Schedule]
@@ -111,6 +111,7 @@ def get(name: str) -> Generator:
 
 def generate(name: str, problem: Problem) -> Schedule:
     """Build the schedule called ``name`` for ``problem``."""
+    expect("problem", problem, Problem, A_PROBLEM)
     return get(name)(problem)
 
 

@@ -129,6 +129,9 @@ def build_problem(
     embed = costs.embedding_times(model, hardware, setup)
     head = costs.head_times(model, hardware, setup)
     if layers_per_stage is not None:
+        if balanced:
+            raise ConfigError("give layers_per_stage or balanced=True, not both: balanced picks the layers per "
+                              "stage itself")
         split = _check_split(layers_per_stage, model, stages)
     elif balanced:
         split = balanced_split(model.num_layers, stages, layer.total, embed.total, head.total)
