@@ -275,9 +275,9 @@ def optimizer_notes(result: SolveResult) -> list[str]:
         else:
             notes.append(f"search: {what}; the answer is the best warm start ({result.source})")
     if result.status != "OPTIMAL" and not result.exact_ticks:
-        notes.append("costs or memory are not whole at 1e-6 of their unit, so CP-SAT solved a rounded-down "
-                     "relaxation: its bound can sit a hair below the optimum, and a gap that small does not mean "
-                     "a better schedule exists")
+        notes.append("costs or memory are not whole ticks (about a millionth of their largest value), so CP-SAT "
+                     "solved a rounded-down relaxation: its bound can sit a hair below the optimum, and a gap that "
+                     "small does not mean a better schedule exists")
     return notes
 
 

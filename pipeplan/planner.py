@@ -41,15 +41,13 @@ def gpipe_flush_sizes(num_microbatches: int) -> list[int]:
 LAYOUTS: tuple[tuple[int, str], ...] = ((1, "loop"), (2, "loop"), (2, "v"))
 
 
-def candidate_schedules(problem: Problem, chunked_gpipe: bool = False) -> list[Schedule]:
+def candidate_schedules(problem: Problem) -> list[Schedule]:
     """Every variant the planner considers on one layout: each applicable generator, and with one chunk per
-    device GPipe at every flush size. With chunks GPipe is left out (one chunk runs it with the same memory and
-    no more bubble), unless ``chunked_gpipe``: then it comes in the fewest flushes that fit."""
+    device GPipe at every flush size (with chunks GPipe is left out: see :func:`plan`)."""
     variants: list[Schedule] = []
     if problem.num_chunks == 1:
         variants.extend(gpipe_with_flush_size(problem, k) for k in gpipe_flush_sizes(problem.num_microbatches))
-    skip = () if problem.num_chunks > 1 and chunked_gpipe else ("gpipe",)
-    built, reasons = schedules.generate_applicable(problem, skip=skip)
+    built, reasons = schedules.generate_applicable(problem, skip=("gpipe",))
     for name, reason in reasons.items():
         log.info("skipping %s: %s", name, reason)
     return variants + built
@@ -150,12 +148,16 @@ def plan(
                 raise
             # A layout the caller did not ask for, e.g. 2 chunks on a pipeline too large to replay twice over.
             log.info("plan: skipping %d chunks in %s placement: %s", chunks, where, exc)
-    # GPipe with chunks only when no layout of one chunk is tried (the caller fixed the chunks or V placement),
-    # so that a budget GPipe fits never meets "no schedule fits".
-    chunked_gpipe = all(problem.num_chunks > 1 for problem in problems)
     evaluated = [(problem, compute_metrics(simulate(problem, s)))
-                 for problem in problems for s in candidate_schedules(problem, chunked_gpipe)]
+                 for problem in problems for s in candidate_schedules(problem)]
     picked = choose([m for _, m in evaluated], [p.num_chunks for p, _ in evaluated])
+    if picked is None and all(problem.num_chunks > 1 for problem in problems):
+        # No layout of one chunk is tried (the caller fixed the chunks, or V placement) and nothing else fits:
+        # GPipe on the chunks, so that a budget it fits never meets "no schedule fits". Only then: it ties
+        # interleaved 1F1B's bubble at more memory, and ties go to GPipe.
+        evaluated += [(problem, compute_metrics(simulate(problem, schedules.generate("gpipe", problem))))
+                      for problem in problems]
+        picked = choose([m for _, m in evaluated], [p.num_chunks for p, _ in evaluated])
     if picked is None:
         least = min(max(minimum_budget(problem)) for problem in problems)
         raise ConfigError(f"no schedule fits memory_budget {memory_budget}; the least that fits one is {least:g} "

@@ -253,7 +253,10 @@ class Problem:
         num_devices = _as_count("pipeline.num_stages", num_stages)
         _as_count("pipeline.num_microbatches", num_microbatches)
         num_chunks = _as_count("pipeline.num_chunks", num_chunks)
-        _check_size(num_devices * num_chunks, num_microbatches, 2)  # before any per-stage list is built
+        # Before any per-stage list is built; B and W count as two kinds when some backward_weight is positive.
+        weights = backward_weight if isinstance(backward_weight, (list, tuple)) else [backward_weight]
+        split = any(isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in weights)
+        _check_size(num_devices * num_chunks, num_microbatches, 3 if split else 2)
         checked_placement = _check_placement(placement, num_chunks)
         devices = _devices_of_stages(num_devices, num_chunks, checked_placement)
 

@@ -29,7 +29,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -231,8 +231,9 @@ class SolveResult:
     interrupted: bool = False
     """True when a stop request (e.g. Ctrl-C) ended the search early: the answer is the best found so far."""
     exact_ticks: bool = True
-    """False when costs or memory are not whole at 1e-6 of their unit: CP-SAT then solved a rounded-down
-    relaxation, whose bound can sit a hair below the true optimum (a small gap that is not a real one)."""
+    """False when costs or memory are not whole ticks (about a millionth of their largest value): CP-SAT then
+    solved a rounded-down relaxation, whose bound can sit a hair below the true optimum (a small gap that is not
+    a real one)."""
     solver_objective: float | None = None
     """CP-SAT's own objective value (config's unit) when the order came from CP-SAT, else None."""
     solver_times: dict[Op, tuple[float, float]] | None = None
@@ -286,16 +287,17 @@ def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
 
 
 def _resolution(problem: Problem) -> str:
-    """The solver's time resolution, for a message: a millionth of the largest cost."""
-    return f"about a millionth of the largest cost or latency, {max(_all_times(problem)):g}"
+    """The solver's time resolution, for a message."""
+    return f"a hundred-thousandth to a millionth of the largest cost or latency, {max(_all_times(problem)):g}"
 
 
 def _least_cost(problem: Problem, which: str) -> str:
-    """How to bring a cost below the resolution above it, for a message."""
+    """How to bring a cost below the resolution above it, for a message: a hundred-thousandth of the largest is
+    at least one tick at the finest scale :func:`_scale_for` tries, which it reaches for any value not yet whole."""
     largest = max(_all_times(problem))
     if largest < 10.0 ** (_MAX_SCALE_EXPONENT - _MAX_FLOAT_EXPONENT):
         return "express times in a larger unit"
-    return f"raise {which} to at least {largest / 10**_MAX_SCALE_EXPONENT:g}"
+    return f"raise {which} to at least {largest / 10 ** (_MAX_SCALE_EXPONENT - 1):g}"
 
 
 def _all_times(problem: Problem) -> list[float]:
@@ -323,7 +325,8 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     memory_scale, exact_memory = _scale_for([*act, *wact, *(budget or ())], most)
     exact = exact_time and exact_memory
     if not exact:
-        log.warning("costs or memory are not whole ticks at 1e-6; CP-SAT solves a rounded-down relaxation")
+        log.warning("costs or memory are not whole ticks (about a millionth of the largest value); CP-SAT solves "
+                    "a rounded-down relaxation")
 
     def down(values: Sequence[float], scale: int) -> tuple[float, ...]:
         return tuple(_rounded(v * scale, math.floor) for v in values)
@@ -332,15 +335,16 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     if problem.split_backward and min(weights) == 0:
         raise ConfigError(
             f"costs.backward_weight {min(problem.backward_weight):g} is below the solver's resolution "
-            f"({_resolution(problem)}); {_least_cost(problem, 'it')} or make the backward unsplit (backward_weight 0 "
-            "everywhere)"
+            f"({_resolution(problem)}); {_least_cost(problem, 'it')} or make the backward "
+            "unsplit (backward_weight 0 everywhere)"
         )
 
     for s in range(problem.num_model_stages):
         if max(down([problem.forward[s], problem.backward[s], problem.backward_weight[s]], time_scale)) == 0:
             raise ConfigError(
                 f"the costs of stage {s} (forward {problem.forward[s]:g}, backward {problem.backward[s]:g}) are "
-                f"below the solver's resolution ({_resolution(problem)}); {_least_cost(problem, 'them')}"
+                f"below the solver's resolution ({_resolution(problem)}); "
+                f"{_least_cost(problem, 'them')}"
             )
     # Each release is rounded down on its own, so the ticked activation is their sum.
     held_after_b = down([problem.released_by(OpKind.B, s) for s in range(problem.num_model_stages)], memory_scale)
@@ -643,7 +647,10 @@ def solve(
         expect("settings", settings, SolverSettings, "a pipeplan.SolverSettings or None")
     if isinstance(hints, Schedule):
         hints = [hints]
-    expect("hints", hints, (list, tuple), "a list of schedules, e.g. [generate('1f1b', problem)]")
+    expect("hints", hints, Iterable, "a list of schedules, e.g. [generate('1f1b', problem)]")
+    if isinstance(hints, str):
+        expect("hints", hints, (list, tuple), "a list of schedules, e.g. [generate('1f1b', problem)]")
+    hints = list(hints)
     for hint in hints:
         expect("each of hints", hint, Schedule, A_SCHEDULE)
     settings = _settings(settings, objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,

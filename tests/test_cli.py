@@ -453,7 +453,7 @@ def test_costs_below_the_solver_resolution_simulate_but_solve_names_the_unit_fix
     code, stdout, err = run(capsys, "solve", config, "--quiet", "--out", str(tmp_path / "out"))
     assert code == USER_ERROR and stdout == "" and not (tmp_path / "out").exists()
     assert "the costs of stage 1 (forward 1e-12, backward 1e-12) are below the solver's resolution" in err
-    assert "raise them to at least 2e-06" in err
+    assert "raise them to at least 2e-05" in err
 
 
 def test_optimizer_notes_say_where_the_answer_came_from_when_the_whole_model_search_found_nothing() -> None:

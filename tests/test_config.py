@@ -279,3 +279,9 @@ def test_a_wrong_type_names_the_argument(call: Any, error: type[Exception], mess
 def test_one_schedule_as_hints_is_taken_as_a_list() -> None:
     problem = _problem()
     assert solve(problem, hints=generate("1f1b", problem), time_limit_s=5, num_workers=1).metrics.feasible
+
+
+def test_the_early_size_check_counts_w_when_the_backward_is_split() -> None:
+    with pytest.raises(ConfigError, match=re.escape("24,000,000 ops per step (8 model stages x 1000000 microbatches "
+                                                    "x 3 kinds)") + ".*at most 83333"):
+        Problem.build(8, 10**6, backward_weight=1.0)

@@ -135,11 +135,15 @@ def test_a_placement_without_chunks_keeps_the_planner_to_that_placement() -> Non
 
 def test_with_chunks_fixed_gpipe_answers_a_budget_nothing_else_fits() -> None:
     """2 chunks in loop placement at 4 activations on 4 devices: interleaved 1F1B needs more, GPipe fits (two
-    microbatches per flush). It used to say "no schedule fits memory_budget" with a hint about GPipe it had not
+    flushes of four microbatches). It used to say "no schedule fits memory_budget" with a hint about GPipe it had not
     tried; below one microbatch's activations the error names the least budget."""
     chosen = plan(num_stages=4, total_microbatches=8, memory_budget=4, num_chunks=2)["chosen"]
     assert (chosen["schedule"], chosen["num_chunks"], chosen["microbatches_per_flush"]) == ("gpipe", 2, 4)
     assert chosen["fits"] and chosen["peak_memory"] <= 4
+    # With room for interleaved 1F1B, it wins (GPipe ties its bubble at more memory, and is not a candidate then).
+    for budget in (None, 8):
+        roomy = plan(num_stages=4, total_microbatches=8, memory_budget=budget, num_chunks=2)
+        assert roomy["chosen"]["schedule"] == "interleaved-1f1b"
     with pytest.raises(ConfigError, match="no schedule fits memory_budget 0.5; the least that fits one is 1 "):
         plan(num_stages=4, total_microbatches=8, memory_budget=0.5, num_chunks=2)
 

@@ -127,7 +127,8 @@ def sweep(
     :class:`~pipeplan.solver.StopRequest`) is requested, the sweep ends early: rows not run say so in
     ``skipped``. ``stop`` also ends an optimizer task that runs in this process at once; that task is then left
     out (not stored, its row "not run"), since its answer is not its time limit's. A task on a worker process or
-    on Ray runs to its end. :func:`sweep_with_stats` also returns the counts.
+    on Ray is dropped when the sweep stops (its worker ended), as any unfinished task. :func:`sweep_with_stats`
+    also returns the counts.
     """
     return sweep_with_stats(**locals())[0]
 
