@@ -286,18 +286,16 @@ def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
     return largest, False
 
 
-def _resolution(problem: Problem) -> str:
-    """The solver's time resolution, for a message."""
-    return f"a hundred-thousandth to a millionth of the largest cost or latency, {max(_all_times(problem)):g}"
-
-
-def _least_cost(problem: Problem, which: str) -> str:
-    """How to bring a cost below the resolution above it, for a message: a hundred-thousandth of the largest is
-    at least one tick at the finest scale :func:`_scale_for` tries, which it reaches for any value not yet whole."""
+def _below_resolution(problem: Problem, which: str) -> str:
+    """For a message about costs below the solver's time resolution: that resolution, and how to bring ``which``
+    above it (a hundred-thousandth of the largest cost is at least one tick at the finest scale
+    :func:`_scale_for` tries, which it reaches for any value not yet whole)."""
     largest = max(_all_times(problem))
     if largest < 10.0 ** (_MAX_SCALE_EXPONENT - _MAX_FLOAT_EXPONENT):
-        return "express times in a larger unit"
-    return f"raise {which} to at least {largest / 10 ** (_MAX_SCALE_EXPONENT - 1):g}"
+        fix = "express times in a larger unit"
+    else:
+        fix = f"raise {which} to at least {largest / 10 ** (_MAX_SCALE_EXPONENT - 1):g}"
+    return f"(a hundred-thousandth to a millionth of the largest cost or latency, {largest:g}); {fix}"
 
 
 def _all_times(problem: Problem) -> list[float]:
@@ -335,7 +333,7 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     if problem.split_backward and min(weights) == 0:
         raise ConfigError(
             f"costs.backward_weight {min(problem.backward_weight):g} is below the solver's resolution "
-            f"({_resolution(problem)}); {_least_cost(problem, 'it')} or make the backward "
+            f"{_below_resolution(problem, 'it')} or make the backward "
             "unsplit (backward_weight 0 everywhere)"
         )
 
@@ -343,8 +341,7 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
         if max(down([problem.forward[s], problem.backward[s], problem.backward_weight[s]], time_scale)) == 0:
             raise ConfigError(
                 f"the costs of stage {s} (forward {problem.forward[s]:g}, backward {problem.backward[s]:g}) are "
-                f"below the solver's resolution ({_resolution(problem)}); "
-                f"{_least_cost(problem, 'them')}"
+                f"below the solver's resolution {_below_resolution(problem, 'them')}"
             )
     # Each release is rounded down on its own, so the ticked activation is their sum.
     held_after_b = down([problem.released_by(OpKind.B, s) for s in range(problem.num_model_stages)], memory_scale)
@@ -647,9 +644,9 @@ def solve(
         expect("settings", settings, SolverSettings, "a pipeplan.SolverSettings or None")
     if isinstance(hints, Schedule):
         hints = [hints]
-    expect("hints", hints, Iterable, "a list of schedules, e.g. [generate('1f1b', problem)]")
-    if isinstance(hints, str):
-        expect("hints", hints, (list, tuple), "a list of schedules, e.g. [generate('1f1b', problem)]")
+    # Any iterable of schedules, but not a text (whose characters would be taken one by one).
+    expect("hints", hints, (list, tuple) if isinstance(hints, str) else Iterable,
+           "a list of schedules, e.g. [generate('1f1b', problem)]")
     hints = list(hints)
     for hint in hints:
         expect("each of hints", hint, Schedule, A_SCHEDULE)
