@@ -150,6 +150,7 @@ def _expand(
     and ``value`` filled in).
     """
     num_model_stages = num_devices * num_chunks
+    value = _plain(name, value)
     values = list(value) if isinstance(value, (list, tuple)) else [value]
     if isinstance(value, (list, tuple)) and len(values) not in (num_devices, num_model_stages):
         accepted = f"{num_devices} (one per device)"
@@ -167,6 +168,17 @@ def _expand(
     per_device = numbers * num_devices if len(numbers) == 1 else numbers
     share = 1.0 / num_chunks if split_over_chunks else 1.0
     return tuple(per_device[devices[s]] * share for s in range(num_model_stages))
+
+
+def _plain(name: str, value: object) -> object:
+    """A NumPy array or pandas Series as Python values: one dimension as a list, none as its single value;
+    anything else unchanged. More dimensions are a :class:`ConfigError`."""
+    dims = getattr(value, "ndim", None)
+    if not isinstance(dims, int) or not callable(getattr(value, "tolist", None)):
+        return value
+    if dims > 1:
+        raise ConfigError(f"{name} must be a number or a list of numbers, got an array of {dims} dimensions")
+    return value.tolist()  # type: ignore[attr-defined]
 
 
 def _check_size(num_model_stages: int, num_microbatches: int, kinds: int) -> None:
@@ -254,7 +266,8 @@ class Problem:
         _as_count("pipeline.num_microbatches", num_microbatches)
         num_chunks = _as_count("pipeline.num_chunks", num_chunks)
         # Before any per-stage list is built; B and W count as two kinds when some backward_weight is positive.
-        weights = backward_weight if isinstance(backward_weight, (list, tuple)) else [backward_weight]
+        weights = _plain("costs.backward_weight", backward_weight)
+        weights = weights if isinstance(weights, (list, tuple)) else [weights]
         split = any(isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in weights)
         _check_size(num_devices * num_chunks, num_microbatches, 3 if split else 2)
         checked_placement = _check_placement(placement, num_chunks)

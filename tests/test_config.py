@@ -285,3 +285,27 @@ def test_the_early_size_check_counts_w_when_the_backward_is_split() -> None:
     with pytest.raises(ConfigError, match=re.escape("24,000,000 ops per step (8 model stages x 1000000 microbatches "
                                                     "x 3 kinds)") + ".*at most 83333"):
         Problem.build(8, 10**6, backward_weight=1.0)
+
+
+def test_numpy_arrays_and_pandas_series_count_as_lists() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from pipeplan import plan
+
+    problem = Problem.build(4, 8, forward=np.array([1.0, 1.0, 1.0, 1.2]), backward_weight=np.array(0.5),
+                            comm=pd.Series([0.1] * 4), budget=np.array([4, 4, 4, 5]))
+    listed = Problem.build(4, 8, forward=[1.0, 1.0, 1.0, 1.2], backward_weight=0.5, comm=[0.1] * 4,
+                           budget=[4, 4, 4, 5])
+    assert problem == listed
+    assert listed.with_budget(np.array([3, 3, 3, 3.5])).budget == (3.0, 3.0, 3.0, 3.5)
+    assert plan(4, 8, 4, forward=np.array([1.0, 1.0, 1.0, 1.2]))["chosen"] == plan(4, 8, 4, forward=[1.0, 1.0, 1.0,
+                                                                                                     1.2])["chosen"]
+    # The early size check sees W in an array too (3 kinds: at most 83333 microbatches, not 125000).
+    with pytest.raises(ConfigError, match="at most 83333"):
+        Problem.build(8, 10**6, backward_weight=np.array([1.0] * 8))
+    with pytest.raises(ConfigError, match="costs.forward must be a number or a list of numbers, got an array of 2 "
+                                          "dimensions"):
+        Problem.build(4, 8, forward=np.ones((2, 2)))
+    with pytest.raises(ConfigError, match="costs.forward must be a finite number .* got nan"):
+        Problem.build(4, 8, forward=np.array([1.0, np.nan, 1.0, 1.0]))
