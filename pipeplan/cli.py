@@ -305,6 +305,23 @@ def _refuse_existing(out: Path | None, force: bool) -> None:
         check_output_folder(out, force)
 
 
+class _OutPath(click.Path):
+    """An --out path that is not empty (an empty one would silently mean the current folder)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(file_okay=what == "file", dir_okay=what == "folder", path_type=Path)
+        self.what = what
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"is empty; give a {self.what} name", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+OUT_FOLDER = _OutPath("folder")
+OUT_FILE = _OutPath("file")
+
+
 class _Seconds(click.ParamType[float]):
     """A positive, finite number of seconds (click's FloatRange lets 'nan' and 'inf' through)."""
 
@@ -345,7 +362,7 @@ def _solver_options(func: F) -> F:
 @_solver_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output as a readable table or one JSON object.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+@click.option("--out", type=OUT_FOLDER, default=None, metavar="DIR",
               help="Write summary.json, metrics.csv, schedules/<name>.json and report.html to DIR (atomically).")
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
 @click.option("--quiet", is_flag=True, help="No progress display.")
@@ -412,7 +429,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
 
 @cli.command(short_help="Re-render report.html from a result folder.")
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path), metavar="DIR")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+@click.option("--out", type=OUT_FILE, default=None, metavar="FILE",
               help="Where to write the page (default: DIR/report.html; - for stdout).")
 @click.option("--force", is_flag=True, help="Replace the page if it exists.")
 @_debug_option
@@ -442,7 +459,7 @@ def report(folder: Path, out: Path | None, force: bool) -> None:
               help="Which schedule of DIR to export (default: the chosen one).")
 @click.option("--format", "fmt", type=click.Choice(["torch-csv"]), default="torch-csv", show_default=True,
               help="File format: PyTorch's compute-only schedule CSV.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+@click.option("--out", type=OUT_FILE, default=None, metavar="FILE",
               help="Where to write it (default: DIR/NAME.torch.csv; - for stdout).")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 @_debug_option
@@ -690,7 +707,7 @@ MAX_BUDGETS = 500
 @click.option("--budgets", required=True, metavar="A:B:STEP",
               help="Budgets per device to sweep, from A to B inclusive (the config's memory unit).")
 @_solver_options
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+@click.option("--out", type=OUT_FOLDER, default=None, metavar="DIR",
               help="Write frontier.csv and frontier.html (+ frontier.png) to DIR (atomically).")
 @click.option("--no-png", is_flag=True, help="With --out, skip the PNG (which needs kaleido and Chromium).")
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
@@ -780,7 +797,7 @@ def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config,
 
 @cli.command("size", short_help="Size a cluster: the fastest parallel layout and schedule that fits.")
 @click.argument("study", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+@click.option("--out", type=OUT_FOLDER, default=None, metavar="DIR",
               help="Write sweep.csv, report.html and best.yaml to DIR (atomically).")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, metavar="K",
               help="Configurations shown in the table and the report's memory chart.")

@@ -334,7 +334,8 @@ def test_solve_out_writes_the_contract_files(capsys: pytest.CaptureFixture[str],
     assert summary["config"]["solver"]["time_limit_s"] == 2  # the flag, not the config's value
 
 
-def test_existing_out_is_not_clobbered_without_force(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_existing_out_is_not_clobbered_without_force(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "run"
     out.mkdir()
     (out / "mine.txt").write_text("keep me", encoding="utf-8")
@@ -347,9 +348,11 @@ def test_existing_out_is_not_clobbered_without_force(capsys: pytest.CaptureFixtu
         assert f"output folder '{out}' already exists; pass --force" in err
         assert stdout == ""
         assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
-    # --force does not delete a folder pipeplan did not write.
+    # --force does not delete a folder pipeplan did not write, nor the current folder (even a result folder).
     code, _, err = run(capsys, "solve", TINY, "--out", str(out), "--time-limit", "2", "--quiet", "--force")
     assert code == USER_ERROR and "not a pipeplan result folder" in err
+    code, _, err = run(capsys, "solve", TINY, "--out", "", "--time-limit", "2", "--quiet")
+    assert code == USER_ERROR and "Invalid value for '--out': is empty; give a folder name" in err
     assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
     # It replaces an earlier result folder, leaving no staging or trash folder beside it.
     (out / "mine.txt").unlink()
@@ -358,6 +361,10 @@ def test_existing_out_is_not_clobbered_without_force(capsys: pytest.CaptureFixtu
     assert code == 0, err
     assert (out / "report.html").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    monkeypatch.chdir(out)
+    code, _, err = run(capsys, "solve", TINY, "--out", ".", "--time-limit", "2", "--quiet", "--force")
+    assert code == USER_ERROR and "output folder '.' is the current folder, which --force never replaces" in err
+    assert (out / "report.html").exists()
 
 
 @pytest.mark.parametrize(("error", "status"), [(OSError("No space left on device"), USER_ERROR),

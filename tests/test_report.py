@@ -101,7 +101,7 @@ def test_report_command_rebuilds_the_same_page_from_the_files(
     assert main(["report", str(copy), "--out", str(tmp_path)]) == USER_ERROR
     assert "is a directory" in capsys.readouterr().err
     assert main(["report", str(copy), "--out", ""]) == USER_ERROR
-    assert "'.' is a folder, not a file" in capsys.readouterr().err
+    assert "Invalid value for '--out': is empty; give a file name" in capsys.readouterr().err
 
 
 def _tamper_op(folder: Path) -> None:

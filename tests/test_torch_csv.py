@@ -6,6 +6,7 @@ its message.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +286,11 @@ def test_bad_export_and_import_exit_2_with_one_line(result_folder: Path, capsys:
                                                     tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("0F0,0X1\n", encoding="utf-8")
+    # --force replaces a file whole: a pipe (or a device) or a link would become a regular file, so they are refused.
+    fifo, link, target = tmp_path / "fifo", tmp_path / "link.html", tmp_path / "target.html"
+    os.mkfifo(fifo)
+    target.write_text("keep me", encoding="utf-8")
+    link.symlink_to(target)
     cases = [
         (["export", str(result_folder), "--schedule", "zb-v"], "has no schedule 'zb-v'; it has "),
         (["export", str(tmp_path / "nowhere")], "does not exist"),
@@ -295,13 +301,16 @@ def test_bad_export_and_import_exit_2_with_one_line(result_folder: Path, capsys:
         (["simulate", TINY, "--schedule", "1f1b", "--from-torch-csv", str(bad)], "not both"),
         (["simulate", TINY], "one of the two"),
         (["export", str(result_folder), "--out", str(tmp_path)], "is a directory"),
-        (["export", str(result_folder), "--out", ""], "'.' is a folder, not a file"),
+        (["export", str(result_folder), "--out", ""], "Invalid value for '--out': is empty; give a file name"),
+        (["export", str(result_folder), "--out", str(fifo), "--force"], "is not a regular file (a device or a pipe)"),
+        (["report", str(result_folder), "--out", str(link), "--force"], "is a symbolic link; give the file it points"),
         (["export", str(result_folder), "--out", str(bad / "plan.csv")], f"cannot write {str(bad / 'plan.csv')!r}"),
     ]
     for argv, message in cases:
         code, _, err = run(capsys, *argv)
         assert code == USER_ERROR, argv
         assert message in err.strip().splitlines()[-1] and "Traceback" not in err, (argv, err)
+    assert fifo.is_fifo() and link.is_symlink() and target.read_text(encoding="utf-8") == "keep me"
 
 
 def test_imported_schedule_metrics_match_the_named_schedule() -> None:

@@ -127,7 +127,10 @@ def check_replaceable(out: Path, force: bool) -> None:
         raise ConfigError(f"output path {str(out)!r} is a file, not a folder; pick another --out")
     if not force:
         raise ConfigError(f"output folder {str(out)!r} already exists; pass --force to replace it or pick another")
-    if out.resolve() == Path.cwd().resolve() or not is_result_folder(out):
+    if out.resolve() == Path.cwd().resolve():
+        raise ConfigError(f"output folder {str(out)!r} is the current folder, which --force never replaces; run "
+                          "from outside it or pick a new folder")
+    if not is_result_folder(out):
         raise ConfigError(_not_ours(out))
 
 
@@ -610,10 +613,18 @@ def _check_proof(row: dict[str, Any], name: str, value: float,
 
 
 def check_output_file(path: Path, force: bool) -> None:
-    """Raise :class:`ConfigError` when ``path`` is a folder, or exists and ``force`` is false: the early check
-    before the work whose result goes there (:func:`write_file` checks again)."""
+    """Raise :class:`ConfigError` when ``path`` is a folder, a symbolic link or another file that is not a
+    regular one (a device, a pipe), or exists and ``force`` is false: the early check before the work whose
+    result goes there (:func:`write_file` checks again). The file is replaced whole, so a link or a device would
+    be replaced by a regular file, never written through."""
     if path.is_dir():
         raise ConfigError(f"{str(path)!r} is a folder, not a file; give a file name, e.g. {str(path / 'out')!r}")
+    if path.is_symlink():
+        raise ConfigError(f"{str(path)!r} is a symbolic link; give the file it points to ({os.path.realpath(path)!r}) "
+                          "or another name")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{str(path)!r} is not a regular file (a device or a pipe); give the name of a file to "
+                          "write")
     if path.exists() and not force:
         raise ConfigError(f"{str(path)!r} already exists; pass --force to replace it")
 
