@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import math
 import os
+import select
 import shutil
 import signal
 import sys
@@ -46,10 +48,48 @@ F = TypeVar("F", bound=Callable[..., Any])
 USER_ERROR = 2
 
 
+class OutputClosed(Exception):
+    """The reader of the command's output closed it early (``pipeplan solve ... | head -1``)."""
+
+
+class _Stdout(Console):
+    """The console of a command's output. When its reader closes it early rich ends the process with status 1,
+    the status of a bug here; this raises BrokenPipeError instead, as rich versions before ``on_broken_pipe``
+    do themselves, which :class:`_Group` turns into :class:`OutputClosed`."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader of the output closed it")
+
+
+def _output_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on its end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor (captured output) or no poll here
+        return False
+
+
+class _Group(click.Group):
+    """The command group: a broken pipe on stdout becomes :class:`OutputClosed` (click would end the process
+    with status 1 and no message for any broken pipe); another broken pipe is a bug, reported as one."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            if _output_closed():
+                raise OutputClosed from None
+            raise RuntimeError(f"broken pipe: {exc}") from exc
+
+
 def _console() -> Console:
-    """stdout as rich sees it; when piped, as wide as $COLUMNS says, else 160 so tables are not squeezed."""
-    console = Console()
-    return console if console.is_terminal or "COLUMNS" in os.environ else Console(width=160)
+    """stdout as rich sees it; when piped, as wide as $COLUMNS says, else 160 so tables are not squeezed. Text is
+    never read as rich markup: names and units from a config (``name: "run [v2]"``) are printed as written."""
+    console = _Stdout(markup=False)
+    return console if console.is_terminal or "COLUMNS" in os.environ else _Stdout(width=160, markup=False)
 
 
 # Exit status for a bug in pipeplan (an exception that is not a user error).
@@ -57,6 +97,8 @@ INTERNAL_ERROR = 1
 # Exit statuses after Ctrl-C and SIGTERM, as a shell reports a process ended by those signals (128 + signal).
 INTERRUPTED = 130
 TERMINATED = 143
+# Exit status when the reader of the output closed it early, as for a process ended by SIGPIPE (128 + 13).
+OUTPUT_CLOSED = 141
 
 
 class _Run:
@@ -77,7 +119,7 @@ def _debug_option(func: F) -> F:
                         help="Show the full traceback of an error.")(func)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="pipeplan")
 def cli() -> None:
     """Plan pipeline-parallel training schedules: simulate named schedules, find optimal ones.
@@ -159,7 +201,7 @@ class _Writing(_StatusLine):
     --quiet: the report of a large model takes seconds to render."""
 
     def __init__(self, enabled: bool, what: str) -> None:
-        console = Console(stderr=True)
+        console = Console(stderr=True, markup=False)
         if enabled and console.is_terminal:
             self.status = console.status(f"writing {what} ...")
 
@@ -174,7 +216,7 @@ class _ProgressLine(_StatusLine):
     """
 
     def __init__(self, enabled: bool, unit: str, memory_unit: str = "") -> None:
-        self.console = Console(stderr=True)
+        self.console = Console(stderr=True, markup=False)
         self.enabled = enabled and self.console.is_terminal
         self.unit = unit
         self.memory_unit = memory_unit
@@ -544,7 +586,7 @@ class _TaskProgress:
             TimeRemainingColumn,
         )
 
-        self.console = Console(stderr=True)
+        self.console = Console(stderr=True, markup=False)
         terminal = self.console.is_terminal
         self.bar = (Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TextColumn("{task.fields[reused]} reused, {task.fields[failed]} failed"),
@@ -944,6 +986,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         click.echo("pipeplan: terminated", err=True)
         return TERMINATED
+    except OutputClosed:
+        # Every result folder is written before the tables are printed, so only the rest of the output is lost.
+        _silence_stdout()
+        return OUTPUT_CLOSED
     except (PipeplanError, OSError) as exc:
         if run.debug:
             traceback.print_exc()
@@ -957,6 +1003,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERNAL_ERROR
     # Without standalone mode click returns the exit code of a click.exceptions.Exit raised by a command.
     return code if isinstance(code, int) else 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's own flush at exit meets no closed pipe either."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # a stdout with no file descriptor (captured)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ folders are checked to be written atomically and never clobbered without ``--for
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -547,3 +549,40 @@ def test_a_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback() -
     done = subprocess.run([sys.executable, "-c", code.replace("os.kill(os.getpid(), signal.SIGINT)", "pass")],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0 and __version__ in done.stdout  # the same script without the Ctrl-C runs the command
+
+
+def test_text_from_a_config_is_printed_as_written_not_read_as_markup(capsys: pytest.CaptureFixture[str],
+                                                                     tmp_path: Path) -> None:
+    """A name or unit with square brackets used to be read as rich markup: '[/]' crashed every table (exit 1, an
+    internal error), '[v2]' and '[bold]' vanished. The simulate table's budget row lists per-device budgets in
+    device order, as the peaks beside it (it showed the distinct values sorted as text: '1.5, 2, 3, 4')."""
+    config = tmp_path / "brackets.yaml"
+    config.write_text('name: "run [v2] [/] [bold]x"\nunits: {time: "[/]", memory: "[red]GB"}\n'
+                      "pipeline: {num_stages: 4, num_microbatches: 8}\n"
+                      "costs: {forward: 1, backward: 1, backward_weight: 0.5}\n"
+                      "memory: {activation: 1, budget: [4, 3, 2, 1.5]}\n", encoding="utf-8")
+    for argv in (["solve", str(config), "--time-limit", "2", "--quiet"],
+                 ["simulate", str(config), "--schedule", "1f1b"],
+                 ["frontier", str(config), "--budgets", "3:4:1", "--time-limit", "2", "--quiet"]):
+        code, out, err = run(capsys, *argv)
+        assert code == 0, (argv, err)
+        assert "run [v2] [/] [bold]x" in out and "[red]GB" in out, argv
+    code, out, _ = run(capsys, "simulate", str(config), "--schedule", "1f1b")
+    assert re.search(r"│ budget +│ +4 3 2 1\.5 │ \[red\]GB", out), out
+
+
+@pytest.mark.parametrize("argv", [["presets"], ["solve", TINY, "--time-limit", "2", "--quiet"]],
+                         ids=["rich-less", "table"])
+def test_output_closed_by_its_reader_exits_141_quietly(argv: list[str], tmp_path: Path) -> None:
+    """`pipeplan solve ... | head -1`: rich (and click, for any broken pipe) ended the process with status 1, the
+    status of a bug, and no message. Now 141, as a shell reports a process ended by SIGPIPE, with nothing on
+    stderr; a result folder is written before the output, so it is complete."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        done = subprocess.run([sys.executable, "-c", "import sys; from pipeplan.entry import main; "
+                               "sys.exit(main(sys.argv[1:]))", *argv], stdout=write, stderr=subprocess.PIPE,
+                              text=True, cwd=ROOT, timeout=120)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")

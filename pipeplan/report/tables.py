@@ -53,8 +53,7 @@ def metrics_table(title: str, metrics: dict[str, Any], units: Units, budget: Seq
         ("utilization", _fmt_pct(metrics["utilization"]), ""),
         ("bubble", _fmt_pct(metrics["bubble"]), ""),
         ("peak memory", _fmt_memory(metrics["peak_memory"]), units.memory),
-        ("budget", "none" if budget is None else ", ".join(sorted({f"{b:g}" for b in budget})),
-         "" if budget is None else units.memory),
+        ("budget", "none" if budget is None else _per_device(budget), "" if budget is None else units.memory),
         ("peak per device", " ".join(_fmt_memory(v) for v in metrics["peak_memory_per_device"]), units.memory),
         ("busy per device", " ".join(_fmt_time(v) for v in metrics["busy_per_device"]), units.time),
         ("flushes", str(metrics["flushes"]), ""),
@@ -62,6 +61,12 @@ def metrics_table(title: str, metrics: dict[str, Any], units: Units, budget: Seq
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def _per_device(budget: Sequence[float]) -> str:
+    """One value when every device has the same budget, else each device's in device order (as the peaks)."""
+    values = [f"{b:g}" for b in budget]
+    return values[0] if len(set(values)) == 1 else " ".join(values)
 
 
 def _budget_text(budget: float | list[float] | None, units: Units) -> str:
@@ -118,11 +123,11 @@ def frontier_tables(name: str, rows: Sequence[FrontierRow], objective: str, unit
     cell: dict[tuple[float, str], FrontierRow] = {(row.budget, row.schedule): row for row in rows}  # keyed by
     # (budget, schedule name)
 
-    def named_cell(budget: float, schedule: str) -> str:
+    def named_cell(budget: float, schedule: str) -> str | Text:
         row = cell.get((budget, schedule))
         if row is None or row.objective is None:
             return "-"
-        return _fmt_time(row.objective) if row.feasible else f"[dim]({_fmt_time(row.objective)})[/dim]"
+        return _fmt_time(row.objective) if row.feasible else Text(f"({_fmt_time(row.objective)})", style="dim")
 
     def solved_cells(budget: float) -> list[str]:
         opt = cell.get((budget, "optimal"))
@@ -149,16 +154,17 @@ class Column:
     style: str | None = None
 
 
-def fitted_tables(title: str, columns: Sequence[Column], body: Sequence[Sequence[str]], width: int | None, *,
+def fitted_tables(title: str, columns: Sequence[Column], body: Sequence[Sequence[str | Text]], width: int | None, *,
                   keep: int = 1, order: Sequence[int] | None = None, caption: str | None = None,
                   row_styles: Sequence[str | None] | None = None) -> list[Table]:
-    """``body`` (rows of cells, rich markup allowed) as one table when it fits in ``width`` columns (or ``width``
-    is None), else as several: no cell is ever wrapped or cut short (headers may wrap). Each part repeats the first
-    ``keep`` columns, which identify a row, and takes as many of the others as fit, in ``order`` (their indices,
-    none of them kept; default: as given); with ``keep`` 0 the parts number the rows in a "#" column instead.
-    Parts are titled "``title`` (i of n)"; the caption goes under the last. A column too wide to fit beside the
-    kept ones even alone gets a part of its own, wider than ``width``."""
-    widest = [max((Text.from_markup(row[i]).cell_len for row in body), default=1) for i in range(len(columns))]
+    """``body`` (rows of cells: plain text, never read as rich markup, or styled :class:`~rich.text.Text`) as one
+    table when it fits in ``width`` columns (or ``width`` is None), else as several: no cell is ever wrapped or cut
+    short (headers may wrap). Each part repeats the first ``keep`` columns, which identify a row, and takes as many
+    of the others as fit, in ``order`` (their indices, none of them kept; default: as given); with ``keep`` 0 the
+    parts number the rows in a "#" column instead. Parts are titled "``title`` (i of n)"; the caption goes under
+    the last. A column too wide to fit beside the kept ones even alone gets a part of its own, wider than
+    ``width``."""
+    widest = [max((cell_len(str(row[i])) for row in body), default=1) for i in range(len(columns))]
 
     def table(part_title: str, indices: Sequence[int], numbered: bool = False) -> Table:
         out = Table(title=part_title, header_style="bold")
@@ -195,6 +201,6 @@ def _fits(table: Table, width: int) -> bool:
     headers). Measured by drawing it: rich's own least width assumes every column at its least at once, which its
     layout does not always reach."""
     out = io.StringIO()
-    Console(width=width, file=out, color_system=None, highlight=False).print(table, crop=False)
+    Console(width=width, file=out, color_system=None, highlight=False, markup=False).print(table, crop=False)
     drawn = out.getvalue()
     return "…" not in drawn and all(cell_len(line) <= width for line in drawn.splitlines())
