@@ -843,7 +843,7 @@ def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config,
               help="Write sweep.csv, report.html and best.yaml to DIR (atomically).")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, metavar="K",
               help="Configurations shown in the table and the report's memory chart.")
-@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+@click.option("--time-limit", type=_SECONDS, default=None, metavar="S",
               help="Optimizer time limit in seconds per configuration (overrides optimizer.time_limit_s).")
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
 @click.option("--quiet", is_flag=True, help="No progress display.")
@@ -902,8 +902,9 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     console.print(gain_sentence(result.gain_label, result.baseline, result.optimal), soft_wrap=True)
     skipped = int(result.frame["skipped"].notna().sum())
     over = int((result.frame["skipped"].isna() & ~result.frame["fits"]).sum())
+    rows_at = "see sweep.csv" if out is not None else "--out DIR writes every row, and why, to DIR/sweep.csv"
     console.print(f"{len(result.frame)} rows: {int(result.frame['fits'].sum())} fit, {over} over memory, "
-                  f"{skipped} skipped (see sweep.csv)", style="dim", soft_wrap=True)
+                  f"{skipped} skipped ({rows_at})", style="dim", soft_wrap=True)
     place.summary(console, stats.total, stats.reused, stats.ran, stats.failures)
     if out is not None:
         console.print(f"wrote {out}/sweep.csv, report.html, best.yaml{', ' + STORE_NAME if place.in_out else ''}")
@@ -921,7 +922,8 @@ def presets_cmd(study: str | None) -> None:
     overrides), and where the numbers come from.
 
     \b
-    Example (without STUDY, the list of presets):
+    Examples (the list of presets; every number of one study's model and GPU):
+      pipeplan presets
       pipeplan presets models/size-llama3.1-70b.yaml
     """
     from dataclasses import asdict

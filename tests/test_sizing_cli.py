@@ -67,6 +67,8 @@ def test_size_prints_the_top_table_and_the_gain_and_writes_the_folder(capsys: py
     assert "<script src=" not in page  # plotly.js is embedded: the page works offline
     config = load_config(out / "best.yaml")
     assert config.units.time == "s" and config.problem.budget is not None
+    assert (config.solver.num_workers, config.solver.time_limit_s) == (1, 1)  # the study's optimizer settings
+    assert "skipped (see sweep.csv)" in stdout
     code, stdout, stderr = run(capsys, "solve", str(out / "best.yaml"), "--time-limit", "1", "--quiet")
     assert code == 0, stderr
 
@@ -78,6 +80,11 @@ def test_size_refuses_an_existing_folder_without_force(capsys: pytest.CaptureFix
     code, _, stderr = run(capsys, "size", study, "--out", str(out), "--quiet")
     assert code == USER_ERROR and "already exists; pass --force" in stderr
     assert run(capsys, "size", study, "--out", str(out), "--quiet", "--force")[0] == 0
+    # Without --out there is no sweep.csv to point to; a time limit that is not a number of seconds is the flag's.
+    code, stdout, _ = run(capsys, "size", study, "--quiet")
+    assert code == 0 and "skipped (--out DIR writes every row, and why, to DIR/sweep.csv)" in stdout
+    code, _, stderr = run(capsys, "size", study, "--time-limit", "nan")
+    assert code == USER_ERROR and "Invalid value for '--time-limit': 'nan' is not a positive, finite number" in stderr
 
 
 # Bad studies: (fixture name, study content, a substring of the message).
@@ -107,7 +114,7 @@ BAD_STUDIES: list[tuple[str, Any, str]] = [
     ("bad-option", {**GOOD, "options": {"sequence_parallel": "yes"}},
      "options.sequence_parallel must be true or false, got 'yes'"),
     ("no-valid-combination", {**GOOD, "num_gpus": 6, "search": {"tensor_parallel": [3, 16], "pipeline_parallel": [2]}},
-     "no configuration of the search space runs within memory (2 candidates): 6 GPUs tp3 pp2 mbs1 v1 "
+     "no configuration of the search space can run (2 candidates): 6 GPUs tp3 pp2 mbs1 v1 "
      "selective: 8 attention heads / 4 KV heads not divisible by tensor parallel 3; 6 GPUs tp16 pp2 mbs1 v1 "
      "selective: 6 GPUs not divisible by tensor parallel 16 x pipeline parallel 2"),
     ("nothing-fits", {**GOOD, "model": "llama3.1-405b", "num_gpus": 8, "search": {"tensor_parallel": 8,

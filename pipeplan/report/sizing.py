@@ -214,7 +214,9 @@ def best_config_text(result: StudyResult) -> str:
     best = result.best
     problem = best["problem"]
     name = f"{result.study.name}: {candidate_label(best)} {best['schedule']}"
-    settings = SolverSettings(time_limit_s=result.study.time_limit_s)
+    chosen = {key: result.study.sweep_kwargs[key] for key in ("num_workers", "random_seed")
+              if result.study.sweep_kwargs.get(key) is not None}
+    settings = SolverSettings(time_limit_s=result.study.time_limit_s, **chosen)  # the study's optimizer settings
     record = config_record(name, problem, settings, Units(time="s", memory="bytes"))
     header = (f"# The best plan of pipeplan size ({best['schedule']}: {best['tokens_per_s']:,.0f} tokens/s, "
               f"{best['memory_gib']:.1f} GiB per GPU).\n# Times in seconds, memory in bytes; the budget is the "

@@ -393,8 +393,9 @@ def require_fitting(frame: pd.DataFrame) -> None:
         reasons.append(f"{candidate_label(group.iloc[0])}: {reason}")
     listed = "; ".join(reasons[:MAX_LISTED])
     more = f"; and {len(reasons) - MAX_LISTED} more" if len(reasons) > MAX_LISTED else ""
-    raise ConfigError(f"no configuration of the search space runs within memory ({len(reasons)} candidates): "
-                      f"{listed}{more}")
+    # When none could run at all (every size skipped: GPU counts, divisibility), memory is not the reason.
+    what = "runs within memory" if bool(frame["skipped"].isna().any()) else "can run"
+    raise ConfigError(f"no configuration of the search space {what} ({len(reasons)} candidates): {listed}{more}")
 
 
 def best_row(frame: pd.DataFrame) -> dict[str, Any]:
