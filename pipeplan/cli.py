@@ -810,12 +810,28 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
         place.summary(console, stats["total"], stats["reused"], stats["ran"], stats["failures"])
     if out is not None and written:
         console.print(f"wrote {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}")
-    message = _INTERRUPTED_SEARCH
+    message = _stopped_in_process(sweep, rows)
     if tasks:
         done = stats["reused"] + stats["ran"]
         message = (stopped_sweep(done, stats["total"], "budgets", place.store_path, out if written else None)
                    if done < stats["total"] else _interrupted_late("every budget"))
     _exit_if_interrupted(stop, message)
+
+
+def _stopped_in_process(budgets: Sequence[float], rows: Sequence[Any]) -> str:
+    """What a Ctrl-C left of an in-process sweep: the budget it cut short and the budgets never run."""
+    reached = {row.budget for row in rows}
+    left = [budget for budget in sorted(set(budgets)) if budget not in reached]
+    if not rows:
+        return _INTERRUPTED_SEARCH
+    last = max(reached)
+    if not left:
+        return (f"interrupted: the sweep stopped at budget {last:g}, the last; its row is the best found by then "
+                "(the earlier budgets are whole)")
+    shown = ", ".join(f"{budget:g}" for budget in left[:8]) + (", ..." if len(left) > 8 else "")
+    return (f"interrupted: the sweep stopped at budget {last:g} (its row is the best found by then); {len(left)} of "
+            f"{len(set(budgets))} budgets were not run ({shown}); give them with --budgets to run them, or "
+            "--store FILE to keep every budget a sweep finishes")
 
 
 def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config, settings: SolverSettings,

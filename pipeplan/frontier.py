@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from pipeplan.bounds import Proof, minimum_budget, prove
+from pipeplan.bounds import OPTIMAL, Proof, minimum_budget, prove
 from pipeplan.config import SolverSettings
 from pipeplan.executors import Executor
 from pipeplan.metrics import Metrics, compute_metrics
@@ -211,7 +211,10 @@ def frontier(
             log.info("budget %g: the solve returned %g, worse than budget %g's %g; keeping that schedule",
                      budget, result.objective, previous[0], previous[1].objective)
             result = _keep_previous(at, previous[1], previous[0], result)
-        rows.append(_optimal_row(budget, result))
+        row = _optimal_row(budget, result)
+        if result.interrupted and result.status != OPTIMAL:
+            row = replace(row, note=STOPPED_NOTE)
+        rows.append(row)
         previous = (budget, result)
         if stop is not None and stop.requested:
             log.info("stop requested: the sweep ends after budget %g", budget)
@@ -228,6 +231,9 @@ def _raise_none_fits(problem: Problem, ordered: list[float]) -> None:
             f"{need:g} (one microbatch's activations on all of a device's chunks)"
         )
 
+
+# The note of the optimizer's row at the budget a stop cut short (in process, without a store).
+STOPPED_NOTE = "stopped early (Ctrl-C): the best schedule found by then, not proven optimal"
 
 # Status of the optimizer's row at a budget whose task raised (the error is in ``note``).
 FAILED = "FAILED"
