@@ -634,7 +634,8 @@ def solve(
 
     ``settings`` says how the search runs (objective, time limit, workers, seed; defaults when None); the
     keywords ``objective``, ``time_limit_s``, ``num_workers`` and ``random_seed`` override single fields of it.
-    The time limit bounds the whole call: warm starts, model and search. ``hints`` are extra warm starts (e.g. a
+    The time limit bounds the whole call (warm starts, model and search) but for the named schedules, the
+    ``hints`` and the final replay, which always run. ``hints`` are extra warm starts (e.g. a
     previous answer at a smaller budget); ``stop`` lets a signal handler end the search early. With one worker
     and a fixed seed the answer is reproducible when the search ends before the time limit. Raises
     :class:`InfeasibleBudget` when no schedule fits the budget at all.
