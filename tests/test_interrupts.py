@@ -41,6 +41,22 @@ def config(tmp_path: Path) -> str:
     return str(path)
 
 
+def ctrl_c_on_first_report(real_solve: Callable[..., Any]) -> Callable[..., Any]:
+    """``real_solve`` that sends SIGINT to this process on each solve's first progress report, which comes
+    before its search starts (the caller's own progress callback is replaced)."""
+    def solve_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
+        sent = {"done": False}
+
+        def on_report(_progress: Any) -> None:
+            if not sent["done"]:
+                sent["done"] = True
+                os.kill(os.getpid(), signal.SIGINT)
+
+        return real_solve(*args, **{**kwargs, "progress": on_report})
+
+    return solve_then_ctrl_c
+
+
 def send_on_report(monkeypatch: pytest.MonkeyPatch, when: Callable[[int, Any], bool], *signals: int) -> None:
     """Send ``signals`` to this process on the first progress report for which ``when(n, report)`` holds (n is
     1-based). Reports after the first come from CP-SAT's threads; between two signals the sender waits until the
@@ -159,18 +175,7 @@ def test_ctrl_c_during_a_budgets_solve_in_process_leaves_that_budget_out_of_the_
     # search (not only the sweep after it); the answer it had is not the time limit's, so it is neither stored nor
     # shown, and the same command again solves both budgets in full.
     real_solve = pipeplan.frontier.solve
-
-    def solve_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
-        sent = {"done": False}
-
-        def on_report(_progress: Any) -> None:  # the first report comes before the search starts
-            if not sent["done"]:
-                sent["done"] = True
-                os.kill(os.getpid(), signal.SIGINT)
-
-        return real_solve(*args, **kwargs, progress=on_report)
-
-    monkeypatch.setattr(pipeplan.frontier, "solve", solve_then_ctrl_c)
+    monkeypatch.setattr(pipeplan.frontier, "solve", ctrl_c_on_first_report(real_solve))
     out = tmp_path / "frontier"
     argv = frontier_in_process(config, "5:6:1", "2", out)
     code = main(argv)
@@ -223,19 +228,7 @@ def test_ctrl_c_in_an_in_process_sweep_names_the_budget_cut_short_and_those_not_
     # Without a store and with one job, a Ctrl-C ends the budget being solved with its best schedule so far and
     # leaves the larger budgets out. That row is marked, and the last line names the budgets never run (it used
     # to say only that "the results above are the best found by then").
-    real_solve = pipeplan.frontier.solve
-
-    def solve_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
-        sent = {"done": False}
-
-        def on_report(_progress: Any) -> None:  # the first report comes before the search starts
-            if not sent["done"]:
-                sent["done"] = True
-                os.kill(os.getpid(), signal.SIGINT)
-
-        return real_solve(*args, **{**kwargs, "progress": on_report})
-
-    monkeypatch.setattr(pipeplan.frontier, "solve", solve_then_ctrl_c)
+    monkeypatch.setattr(pipeplan.frontier, "solve", ctrl_c_on_first_report(pipeplan.frontier.solve))
     code = main(["frontier", config, "--budgets", "5:7:1", "--time-limit", "5", "--jobs", "1", "--quiet"])
     captured = capsys.readouterr()
     assert code == INTERRUPTED
