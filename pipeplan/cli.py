@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import math
@@ -22,6 +21,7 @@ from typing import Any, Self, TypeVar
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from pipeplan import __version__
 from pipeplan.config import MAX_SEED, MAX_WORKERS, OBJECTIVES, Config, SolverSettings, load_config
@@ -54,20 +54,31 @@ class OutputClosed(Exception):
 
 class _Stdout(Console):
     """The console of a command's output. When its reader closes it early rich ends the process with status 1,
-    the status of a bug here; this raises BrokenPipeError instead, as rich versions before ``on_broken_pipe``
-    do themselves, which :class:`_Group` turns into :class:`OutputClosed`."""
+    the status of a bug here; this raises :class:`OutputClosed` instead, which :func:`main` answers (rich
+    versions before ``on_broken_pipe`` raise BrokenPipeError, which :class:`_Group` turns into it)."""
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
-        raise BrokenPipeError(errno.EPIPE, "the reader of the output closed it")
+        raise OutputClosed
+
+
+class _Stderr(Console):
+    """A console for progress and status lines on stderr. If their reader is gone the run goes on without them
+    (rich would end the process with status 1 and point stdout, the command's output, at /dev/null)."""
+
+    def __init__(self) -> None:
+        super().__init__(stderr=True, markup=False)
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
 
 
 def _output_closed() -> bool:
-    """Whether stdout is a pipe whose reader has gone (poll reports an error on its end)."""
+    """Whether stdout is a pipe whose reader has gone (poll reports an error, or a hang-up on the BSDs)."""
     try:
         poller = select.poll()
         poller.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(events & select.POLLERR for _, events in poller.poll(0))
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
     except (OSError, ValueError, AttributeError):  # no file descriptor (captured output) or no poll here
         return False
 
@@ -201,9 +212,9 @@ class _Writing(_StatusLine):
     --quiet: the report of a large model takes seconds to render."""
 
     def __init__(self, enabled: bool, what: str) -> None:
-        console = Console(stderr=True, markup=False)
+        console = _Stderr()
         if enabled and console.is_terminal:
-            self.status = console.status(f"writing {what} ...")
+            self.status = console.status(Text(f"writing {what} ..."))  # a Text: never read as markup
 
 
 class _ProgressLine(_StatusLine):
@@ -216,7 +227,7 @@ class _ProgressLine(_StatusLine):
     """
 
     def __init__(self, enabled: bool, unit: str, memory_unit: str = "") -> None:
-        self.console = Console(stderr=True, markup=False)
+        self.console = _Stderr()
         self.enabled = enabled and self.console.is_terminal
         self.unit = unit
         self.memory_unit = memory_unit
@@ -350,8 +361,8 @@ def _refuse_existing(out: Path | None, force: bool) -> None:
 class _OutPath(click.Path):
     """An --out path that is not empty (an empty one would silently mean the current folder)."""
 
-    def __init__(self, what: str) -> None:
-        super().__init__(file_okay=what == "file", dir_okay=what == "folder", path_type=Path)
+    def __init__(self, what: str, file_okay: bool = True, dir_okay: bool = True) -> None:
+        super().__init__(file_okay=file_okay, dir_okay=dir_okay, path_type=Path)
         self.what = what
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
@@ -360,8 +371,9 @@ class _OutPath(click.Path):
         return super().convert(value, param, ctx)
 
 
-OUT_FOLDER = _OutPath("folder")
-OUT_FILE = _OutPath("file")
+OUT_FOLDER = _OutPath("folder", file_okay=False)
+OUT_FILE = _OutPath("file", dir_okay=False)
+STORE_FILE = _OutPath("file")  # a folder given here gets the store's own message
 
 
 class _Seconds(click.ParamType[float]):
@@ -560,7 +572,7 @@ def _sweep_options(func: F) -> F:
         click.option("--ray", "ray_address", default=None, metavar="auto|ADDRESS|local",
                      help="Run the tasks on Ray (pip install 'pipeplan[ray]'): 'auto' joins the cluster running "
                      "here, ADDRESS (HOST:PORT) a given one, 'local' starts a private one."),
-        click.option("--store", "store_path", type=click.Path(path_type=Path), default=None, metavar="FILE",
+        click.option("--store", "store_path", type=STORE_FILE, default=None, metavar="FILE",
                      help=f"Result store (SQLite): finished tasks are written to it and reused by a re-run "
                      f"(default: DIR/{STORE_NAME} with --out, else none)."),
         click.option("--refresh", is_flag=True, help="Run every task again, ignoring the store (still writes it)."),
@@ -586,7 +598,7 @@ class _TaskProgress:
             TimeRemainingColumn,
         )
 
-        self.console = Console(stderr=True, markup=False)
+        self.console = _Stderr()
         terminal = self.console.is_terminal
         self.bar = (Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TextColumn("{task.fields[reused]} reused, {task.fields[failed]} failed"),
@@ -819,19 +831,22 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
 
 
 def _stopped_in_process(budgets: Sequence[float], rows: Sequence[Any]) -> str:
-    """What a Ctrl-C left of an in-process sweep: the budget it cut short and the budgets never run."""
-    reached = {row.budget for row in rows}
-    left = [budget for budget in sorted(set(budgets)) if budget not in reached]
+    """What a Ctrl-C left of an in-process sweep: the budget it cut short (if it cut one short: the stop may
+    come between two budgets) and the budgets never run."""
+    from pipeplan.frontier import STOPPED_NOTE
+
     if not rows:
         return _INTERRUPTED_SEARCH
-    last = max(reached)
+    reached = {row.budget for row in rows}
+    left = [budget for budget in sorted(set(budgets)) if budget not in reached]
+    cut = [row.budget for row in rows if row.note == STOPPED_NOTE]
+    done = (f"the sweep stopped at budget {cut[0]:g} (its row is the best found by then)" if cut
+            else f"the sweep stopped after budget {max(reached):g} had finished (every row above is whole)")
     if not left:
-        return (f"interrupted: the sweep stopped at budget {last:g}, the last; its row is the best found by then "
-                "(the earlier budgets are whole)")
+        return f"interrupted: {done}"
     shown = ", ".join(f"{budget:g}" for budget in left[:8]) + (", ..." if len(left) > 8 else "")
-    return (f"interrupted: the sweep stopped at budget {last:g} (its row is the best found by then); {len(left)} of "
-            f"{len(set(budgets))} budgets were not run ({shown}); give them with --budgets to run them, or "
-            "--store FILE to keep every budget a sweep finishes")
+    return (f"interrupted: {done}; {len(left)} of {len(set(budgets))} budgets were not run ({shown}); with "
+            "--store FILE a sweep keeps every budget it finishes and the same command again runs only the rest")
 
 
 def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config, settings: SolverSettings,

@@ -171,13 +171,17 @@ def _expand(
 
 
 def _plain(name: str, value: object) -> object:
-    """A NumPy array or pandas Series as Python values: one dimension as a list, none as its single value;
-    anything else unchanged. More dimensions are a :class:`ConfigError`."""
+    """A NumPy array or pandas Series as Python values, in position order (a Series' index is not read): one
+    dimension as a list, none as its single value; anything else unchanged. More dimensions (an array, a
+    DataFrame) are a :class:`ConfigError`."""
     dims = getattr(value, "ndim", None)
-    if not isinstance(dims, int) or not callable(getattr(value, "tolist", None)):
+    if not isinstance(dims, int) or isinstance(value, (str, bytes)):
         return value
     if dims > 1:
-        raise ConfigError(f"{name} must be a number or a list of numbers, got an array of {dims} dimensions")
+        raise ConfigError(f"{name} must be a number or a list of numbers, got {type(value).__name__} of {dims} "
+                          "dimensions")
+    if not callable(getattr(value, "tolist", None)):
+        return value
     return value.tolist()  # type: ignore[attr-defined]
 
 

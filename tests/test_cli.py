@@ -363,9 +363,12 @@ def test_existing_out_is_not_clobbered_without_force(capsys: pytest.CaptureFixtu
     assert code == 0, err
     assert (out / "report.html").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
-    monkeypatch.chdir(out)
-    code, _, err = run(capsys, "solve", TINY, "--out", ".", "--time-limit", "2", "--quiet", "--force")
-    assert code == USER_ERROR and "output folder '.' is the current folder, which --force never replaces" in err
+    (out / "schedules").mkdir(exist_ok=True)
+    monkeypatch.chdir(out / "schedules")  # the folder holding the current one is never replaced either
+    for target in (str(out), ".."):
+        code, _, err = run(capsys, "solve", TINY, "--out", target, "--time-limit", "2", "--quiet", "--force")
+        assert code == USER_ERROR and f"output folder '{target}' holds the current folder, which is never " \
+            "replaced" in err
     assert (out / "report.html").exists()
 
 
@@ -569,6 +572,21 @@ def test_text_from_a_config_is_printed_as_written_not_read_as_markup(capsys: pyt
         assert "run [v2] [/] [bold]x" in out and "[red]GB" in out, argv
     code, out, _ = run(capsys, "simulate", str(config), "--schedule", "1f1b")
     assert re.search(r"│ budget +│ +4 3 2 1\.5 │ \[red\]GB", out), out
+
+
+def test_a_closed_stderr_does_not_stop_the_run(tmp_path: Path) -> None:
+    """The progress lines go to stderr; when its reader is gone the sweep runs on and prints its table (rich
+    used to end the process with status 1 and point stdout at /dev/null)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-c", "import sys; from pipeplan.entry import main; "
+                               "sys.exit(main(sys.argv[1:]))", "frontier", TINY, "--budgets", "2:3:1", "--jobs", "1",
+                               "--store", str(tmp_path / "s.sqlite"), "--progress", "--time-limit", "1"],
+                              stdout=subprocess.PIPE, stderr=write, text=True, cwd=ROOT, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and "lower bound" in done.stdout
 
 
 @pytest.mark.parametrize("argv", [["presets"], ["solve", TINY, "--time-limit", "2", "--quiet"]],

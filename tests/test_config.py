@@ -304,8 +304,11 @@ def test_numpy_arrays_and_pandas_series_count_as_lists() -> None:
     # The early size check sees W in an array too (3 kinds: at most 83333 microbatches, not 125000).
     with pytest.raises(ConfigError, match="at most 83333"):
         Problem.build(8, 10**6, backward_weight=np.array([1.0] * 8))
-    with pytest.raises(ConfigError, match="costs.forward must be a number or a list of numbers, got an array of 2 "
+    with pytest.raises(ConfigError, match="costs.forward must be a number or a list of numbers, got ndarray of 2 "
                                           "dimensions"):
         Problem.build(4, 8, forward=np.ones((2, 2)))
+    with pytest.raises(ConfigError, match="memory.budget must be a number or a list of numbers, got DataFrame of 2 "
+                                          "dimensions"):
+        Problem.build(4, 8, budget=pd.DataFrame({"budget": [4, 4, 4, 4]}))
     with pytest.raises(ConfigError, match="costs.forward must be a finite number .* got nan"):
         Problem.build(4, 8, forward=np.array([1.0, np.nan, 1.0, 1.0]))

@@ -222,18 +222,30 @@ def test_a_stop_request_sent_to_another_process_arrives_fresh() -> None:
     assert isinstance(copy, StopRequest) and not copy.requested and stop.requested
 
 
+@pytest.mark.parametrize("during", [True, False], ids=["during-a-solve", "between-budgets"])
 def test_ctrl_c_in_an_in_process_sweep_names_the_budget_cut_short_and_those_not_run(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, during: bool
 ) -> None:
     # Without a store and with one job, a Ctrl-C ends the budget being solved with its best schedule so far and
     # leaves the larger budgets out. That row is marked, and the last line names the budgets never run (it used
-    # to say only that "the results above are the best found by then").
-    monkeypatch.setattr(pipeplan.frontier, "solve", ctrl_c_on_first_report(pipeplan.frontier.solve))
-    code = main(["frontier", config, "--budgets", "5:7:1", "--time-limit", "5", "--jobs", "1", "--quiet"])
+    # to say only that "the results above are the best found by then"). A Ctrl-C once a budget's solve has
+    # returned cuts nothing short: no row is marked.
+    real_solve = pipeplan.frontier.solve
+
+    def solve_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
+        result = real_solve(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(pipeplan.frontier, "solve", ctrl_c_on_first_report(real_solve) if during else
+                        solve_then_ctrl_c)
+    code = main(["frontier", config, "--budgets", "5:7:1", "--time-limit", "3", "--jobs", "1", "--quiet"])
     captured = capsys.readouterr()
     assert code == INTERRUPTED
-    assert "budget 5: stopped early (Ctrl-C): the best schedule found by then, not proven optimal" in captured.out
+    marked = "budget 5: stopped early (Ctrl-C): the best schedule found by then, not proven optimal"
+    assert (marked in captured.out) == during
+    stopped = ("the sweep stopped at budget 5 (its row is the best found by then)" if during else
+               "the sweep stopped after budget 5 had finished (every row above is whole)")
     assert captured.err.strip().splitlines()[-1] == (
-        "pipeplan: interrupted: the sweep stopped at budget 5 (its row is the best found by then); 2 of 3 budgets "
-        "were not run (6, 7); give them with --budgets to run them, or --store FILE to keep every budget a sweep "
-        "finishes")
+        f"pipeplan: interrupted: {stopped}; 2 of 3 budgets were not run (6, 7); with --store FILE a sweep keeps "
+        "every budget it finishes and the same command again runs only the rest")

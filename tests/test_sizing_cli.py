@@ -52,7 +52,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def test_size_prints_the_top_table_and_the_gain_and_writes_the_folder(capsys: pytest.CaptureFixture[str],
                                                                       tmp_path: Path) -> None:
-    study = write_study(tmp_path, GOOD)
+    study = write_study(tmp_path, {**GOOD, "optimizer": {**GOOD["optimizer"], "num_workers": 3, "random_seed": 7}})
     out = tmp_path / "sized"
     code, stdout, stderr = run(capsys, "size", study, "--out", str(out), "--top", "3", "--quiet")
     assert code == 0, stderr
@@ -67,7 +67,8 @@ def test_size_prints_the_top_table_and_the_gain_and_writes_the_folder(capsys: py
     assert "<script src=" not in page  # plotly.js is embedded: the page works offline
     config = load_config(out / "best.yaml")
     assert config.units.time == "s" and config.problem.budget is not None
-    assert (config.solver.num_workers, config.solver.time_limit_s) == (1, 1)  # the study's optimizer settings
+    # The study's optimizer settings (best.yaml had the machine's worker count and seed 0).
+    assert (config.solver.num_workers, config.solver.random_seed, config.solver.time_limit_s) == (3, 7, 1)
     assert "skipped (see sweep.csv)" in stdout
     code, stdout, stderr = run(capsys, "solve", str(out / "best.yaml"), "--time-limit", "1", "--quiet")
     assert code == 0, stderr

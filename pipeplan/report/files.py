@@ -125,11 +125,11 @@ def check_replaceable(out: Path, force: bool) -> None:
         return
     if not out.is_dir():
         raise ConfigError(f"output path {str(out)!r} is a file, not a folder; pick another --out")
+    if Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise ConfigError(f"output folder {str(out)!r} holds the current folder, which is never replaced; pick a "
+                          "new folder or run from outside it")
     if not force:
         raise ConfigError(f"output folder {str(out)!r} already exists; pass --force to replace it or pick another")
-    if out.resolve() == Path.cwd().resolve():
-        raise ConfigError(f"output folder {str(out)!r} is the current folder, which --force never replaces; run "
-                          "from outside it or pick a new folder")
     if not is_result_folder(out):
         raise ConfigError(_not_ours(out))
 
@@ -619,12 +619,12 @@ def check_output_file(path: Path, force: bool) -> None:
     be replaced by a regular file, never written through."""
     if path.is_dir():
         raise ConfigError(f"{str(path)!r} is a folder, not a file; give a file name, e.g. {str(path / 'out')!r}")
+    if (path.exists() or path.is_symlink()) and not Path(os.path.realpath(path)).is_file():  # e.g. /dev/stdout
+        raise ConfigError(f"{str(path)!r} is not a regular file (a device or a pipe, or a link to one); give the "
+                          "name of a file to write, or - for stdout")
     if path.is_symlink():
         raise ConfigError(f"{str(path)!r} is a symbolic link; give the file it points to ({os.path.realpath(path)!r}) "
                           "or another name")
-    if path.exists() and not path.is_file():
-        raise ConfigError(f"{str(path)!r} is not a regular file (a device or a pipe); give the name of a file to "
-                          "write")
     if path.exists() and not force:
         raise ConfigError(f"{str(path)!r} already exists; pass --force to replace it")
 
