@@ -1015,6 +1015,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERRUPTED
     except (Terminated, SystemExit) as exc:
         # SystemExit: Ray's driver handler, in place while a local Ray cluster starts, exits with SIGTERM's number.
+        if isinstance(exc, SystemExit) and exc.code == 1 and _output_closed():
+            # click's own answer to a broken pipe outside a command (--help, --version): status 1 and nothing said.
+            _silence_stdout()
+            return OUTPUT_CLOSED
         if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
             raise
         click.echo("pipeplan: terminated", err=True)

@@ -589,8 +589,8 @@ def test_a_closed_stderr_does_not_stop_the_run(tmp_path: Path) -> None:
     assert done.returncode == 0 and "lower bound" in done.stdout
 
 
-@pytest.mark.parametrize("argv", [["presets"], ["solve", TINY, "--time-limit", "2", "--quiet"]],
-                         ids=["rich-less", "table"])
+@pytest.mark.parametrize("argv", [["presets"], ["solve", TINY, "--time-limit", "2", "--quiet"], ["--help"]],
+                         ids=["rich-less", "table", "help"])
 def test_output_closed_by_its_reader_exits_141_quietly(argv: list[str], tmp_path: Path) -> None:
     """`pipeplan solve ... | head -1`: rich (and click, for any broken pipe) ended the process with status 1, the
     status of a bug, and no message. Now 141, as a shell reports a process ended by SIGPIPE, with nothing on
