@@ -175,7 +175,7 @@ def _plain(name: str, value: object) -> object:
     dimension as a list, none as its single value; anything else unchanged. More dimensions (an array, a
     DataFrame) are a :class:`ConfigError`."""
     dims = getattr(value, "ndim", None)
-    if not isinstance(dims, int) or isinstance(value, (str, bytes)):
+    if not isinstance(dims, int):
         return value
     if dims > 1:
         raise ConfigError(f"{name} must be a number or a list of numbers, got {type(value).__name__} of {dims} "
