@@ -363,6 +363,12 @@ def test_existing_out_is_not_clobbered_without_force(capsys: pytest.CaptureFixtu
     assert code == 0, err
     assert (out / "report.html").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    # A link to a result folder is refused before the solve (it was refused only when the result was moved in).
+    (tmp_path / "link").symlink_to(out)
+    code, _, err = run(capsys, "solve", TINY, "--out", str(tmp_path / "link"), "--time-limit", "2", "--quiet",
+                       "--force")
+    assert code == USER_ERROR and "is a symbolic link; give the folder it points to" in err
+    (tmp_path / "link").unlink()
     (out / "schedules").mkdir(exist_ok=True)
     monkeypatch.chdir(out / "schedules")  # the folder holding the current one is never replaced either
     for target in (str(out), ".."):

@@ -128,6 +128,9 @@ def check_replaceable(out: Path, force: bool) -> None:
     if Path.cwd().resolve().is_relative_to(out.resolve()):
         raise ConfigError(f"output folder {str(out)!r} holds the current folder, which is never replaced; pick a "
                           "new folder or run from outside it")
+    if out.is_symlink():  # the result replaces a folder whole: the link would go, not what it points to
+        raise ConfigError(f"output folder {str(out)!r} is a symbolic link; give the folder it points to "
+                          f"({os.path.realpath(out)!r}) or another name")
     if not force:
         raise ConfigError(f"output folder {str(out)!r} already exists; pass --force to replace it or pick another")
     if not is_result_folder(out):
