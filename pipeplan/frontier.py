@@ -29,7 +29,7 @@ from pipeplan.config import SolverSettings
 from pipeplan.executors import Executor
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.planner import evaluate_named
-from pipeplan.problem import ConfigError, Problem
+from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect
 from pipeplan.schedule import Schedule
 from pipeplan.simulate import Timeline, simulate
 from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve
@@ -177,6 +177,7 @@ def frontier(
     schedule so far and the larger budgets are left out; with either, every budget whose task had not finished is
     left out (and not stored: a re-run solves it in full).
     """
+    expect("problem", problem, Problem, A_PROBLEM)
     ordered = _checked_budgets(budgets)
     if not isinstance(settings, SolverSettings):
         raise ConfigError(f"settings must be a SolverSettings (pipeplan.config), got {type(settings).__name__}")

@@ -150,7 +150,7 @@ def _expand(
     and ``value`` filled in).
     """
     num_model_stages = num_devices * num_chunks
-    value = _plain(name, value)
+    value = plain_values(name, value)
     values = list(value) if isinstance(value, (list, tuple)) else [value]
     if isinstance(value, (list, tuple)) and len(values) not in (num_devices, num_model_stages):
         accepted = f"{num_devices} (one per device)"
@@ -170,7 +170,7 @@ def _expand(
     return tuple(per_device[devices[s]] * share for s in range(num_model_stages))
 
 
-def _plain(name: str, value: object) -> object:
+def plain_values(name: str, value: object) -> object:
     """A NumPy array or pandas Series as Python values, in position order (a Series' index is not read): one
     dimension as a list, none as its single value; anything else unchanged. More dimensions (an array, a
     DataFrame) are a :class:`ConfigError`."""
@@ -270,7 +270,7 @@ class Problem:
         _as_count("pipeline.num_microbatches", num_microbatches)
         num_chunks = _as_count("pipeline.num_chunks", num_chunks)
         # Before any per-stage list is built; B and W count as two kinds when some backward_weight is positive.
-        weights = _plain("costs.backward_weight", backward_weight)
+        weights = plain_values("costs.backward_weight", backward_weight)
         weights = weights if isinstance(weights, (list, tuple)) else [weights]
         split = any(isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in weights)
         _check_size(num_devices * num_chunks, num_microbatches, 3 if split else 2)

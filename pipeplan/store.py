@@ -215,8 +215,15 @@ class Store:
         try:
             db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.DatabaseError:
-            raise _refuse(self.path, "is an SQLite file but not a pipeplan store (no meta table)") from None
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                raise _refuse(self.path, "is an SQLite file but not a pipeplan store (no meta table)") from None
+            # A store is read and written in place (its journal lives beside it): a read-only folder fails here.
+            raise StoreError(f"cannot open the store {str(self.path)!r} ({exc}); if it or its folder is read-only, "
+                             "copy it to a folder you can write to and use that copy") from None
+        except sqlite3.DatabaseError as exc:
+            raise _refuse(self.path, f"is an SQLite file that cannot be read ({exc}): damaged or not a pipeplan "
+                          "store") from None
         if meta.get("format") != FORMAT:
             db.close()
             raise _refuse(self.path, "is an SQLite file but not a pipeplan store")

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeplan.problem import ConfigError, Op, OpKind, Problem
+from pipeplan.problem import ConfigError, Op, OpKind, Problem, expect
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.simulate import simulate
 
@@ -163,6 +163,7 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
     the problem (ranks, stages, microbatches, placement, split backward), and naming the missing or repeated ops
     or the deadlock when its orders cannot run.
     """
+    expect("text", text, str, "the CSV's text (Path(file).read_text())")
     orders = _Reader(problem, source).read(text)
     schedule = Schedule.from_lists(name, orders)
     try:

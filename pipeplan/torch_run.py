@@ -25,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from pipeplan.problem import ConfigError, Op, OpKind, Problem
+from pipeplan.problem import ConfigError, Op, OpKind, Problem, expect
 from pipeplan.schedule import Schedule
 from pipeplan.simulate import simulate
 from pipeplan.torch_csv import to_torch_csv
@@ -251,6 +251,9 @@ def run_in_torch(jobs: Sequence[TorchJob]) -> list[TorchRun]:
     All jobs must have the same ``num_devices``. Raises :class:`TorchMissing` without torch, and
     ``RuntimeError`` (torch's) when a rank fails.
     """
+    expect("jobs", jobs, (list, tuple), "a list of TorchJob, e.g. [TorchJob(problem, schedule)]")
+    for job in jobs:
+        expect("each of jobs", job, TorchJob, "a TorchJob(problem, schedule)")
     torch = import_torch()
     if not jobs:
         return []

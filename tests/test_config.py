@@ -12,6 +12,10 @@ from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS
 
 from pipeplan import ConfigError, Problem, Schedule, ScheduleError, generate, load_config, simulate, solve
 from pipeplan.config import SolverSettings, config_from_dict, load_yaml
+from pipeplan.frontier import frontier
+from pipeplan.sizing.study import run_study
+from pipeplan.torch_csv import from_torch_csv
+from pipeplan.torch_run import run_in_torch
 
 SEED = CONFIGS.parent.parent / "models" / "seed-8x64.yaml"
 
@@ -267,7 +271,22 @@ WRONG_TYPES: list[tuple[Any, type[Exception], str]] = [
     (lambda: solve(_problem(), hints=[None]), ConfigError, "each of hints must be a pipeplan.Schedule"),
     (lambda: generate("1f1b", "x"), ConfigError, "problem must be a pipeplan.Problem"),
     (lambda: load_config(None), ConfigError, "path must be the path of a YAML config file, got NoneType"),
+    (lambda: frontier(None, [2], SolverSettings()), ConfigError, "problem must be a pipeplan.Problem"),
+    (lambda: _sweep(store="x.sqlite"), ConfigError, "store must be a pipeplan.store.Store"),
+    (lambda: _sweep(progress=True), ConfigError, "progress must be a function taking each progress report"),
+    (lambda: _sweep(stop=True), ConfigError, "stop must be a pipeplan.solver.StopRequest or None"),
+    (lambda: run_study({"name": "x"}), ConfigError, "study must be a Study (load_study(path)), got dict"),
+    (lambda: from_torch_csv(_problem(), b"0F0"), ConfigError, "text must be the CSV's text"),
+    (lambda: from_torch_csv(_problem(), None), ConfigError, "text must be the CSV's text"),
+    (lambda: run_in_torch(None), ConfigError, "jobs must be a list of TorchJob"),
 ]
+
+
+def _sweep(**hooks: Any) -> Any:
+    from pipeplan.sizing import sweep
+
+    return sweep(model="llama3.1-8b", hardware="h100-80gb", num_gpus=8, global_batch_size=16, seq_len=256,
+                 tensor_parallel=1, pipeline_parallel=2, **hooks)
 
 
 @pytest.mark.parametrize(("call", "error", "message"), WRONG_TYPES, ids=[row[2][:30] for row in WRONG_TYPES])

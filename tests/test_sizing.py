@@ -5,6 +5,7 @@ validation table against published runs."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
@@ -269,6 +270,26 @@ def test_estimate_adds_up() -> None:
     assert result["tflops_per_gpu"] == pytest.approx(result["mfu"] * 989)
 
 
+def test_numpy_numbers_from_a_sweeps_table_are_taken_as_they_are_and_bad_common_sizes_raise() -> None:
+    """A row of a sweep's table holds NumPy integers; feeding one back into estimate() was refused ("must be a
+    whole number, got np.int64(2)"). A bad global batch or sequence length made every row of a sweep "skipped"
+    instead of raising, as estimate() does."""
+    import numpy as np
+
+    kwargs: dict[str, Any] = {"model": TINY, "hardware": "h100-80gb", "global_batch_size": 16, "seq_len": 256,
+                              "schedule": "1f1b"}
+    plain = estimate(**kwargs, tensor_parallel=2, pipeline_parallel=2, layers_per_stage=[4, 4])
+    numpy = estimate(**kwargs, tensor_parallel=np.int64(2), pipeline_parallel=np.int64(2),
+                     layers_per_stage=np.array([4, 4]))
+    assert numpy == plain
+    for bad, message in (({"seq_len": 0}, "setup.seq_len must be > 0, got 0"),
+                         ({"global_batch_size": 16.0}, "setup.global_batch_size must be a whole number, got 16.0"),
+                         ({"seq_len": [128, 256]}, "setup.seq_len must be a whole number, got [128, 256]")):
+        common = {key: value for key, value in {**kwargs, **bad}.items() if key != "schedule"}
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            sweep(**common, num_gpus=8, tensor_parallel=2, pipeline_parallel=2)
+
+
 def test_uneven_and_balanced_splits() -> None:
     # The last stage's LM head costs 2.5 layers: the balanced split gives it fewer layers (slowest stage 5).
     assert balanced_split(16, 4, 1.0, 0.2, 2.5) == [4, 5, 5, 2]
@@ -297,6 +318,12 @@ BAD_ESTIMATES: list[tuple[dict[str, Any], str]] = [
      "give layers_per_stage or balanced=True, not both"),
     ({"pipeline_parallel": 2, "placement": "x", "num_chunks": 2}, "placement must be one of loop, v, got 'x'"),
     ({"pipeline_parallel": 2, "placement": "v", "schedule": "optimal"}, "V placement needs num_chunks = 2"),
+    # NotApplicable (not a ConfigError) used to come through, with advice naming config-file fields.
+    ({"pipeline_parallel": 2, "schedule": "zb-v"}, "schedule 'zb-v' does not apply to this layout: zb-v needs "
+     "num_chunks 2 in V placement"),
+    ({"pipeline_parallel": 2, "layers_per_stage": 4}, "layers_per_stage must be a list of whole numbers, one per "
+     "model stage (2), got 4"),  # was a TypeError
+    ({"pipeline_parallel": 2, "layers_per_stage": "44"}, "layers_per_stage must be a list"),  # was read as '4', '4'
 ]
 
 

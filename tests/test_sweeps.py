@@ -279,8 +279,17 @@ def make_other_layout(path: Path) -> None:
     db.close()
 
 
+def make_damaged_store(path: Path) -> None:
+    Store(path).close()
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # the first page's tables, after the 100-byte header
+    path.write_bytes(bytes(data))
+
+
 BAD_STORES = [
     ("not-sqlite", make_not_a_store, "is not a pipeplan store (not an SQLite file); pick another --store FILE"),
+    ("damaged", make_damaged_store, "is an SQLite file that cannot be read (database disk image is malformed): "
+     "damaged or not a pipeplan store"),
     ("other-sqlite", make_plain_sqlite, "is an SQLite file but not a pipeplan store (no meta table); pick another"),
     ("other-layout", make_other_layout, f"this pipeplan reads layout {FORMAT_VERSION}: pass a new --store FILE"),
 ]

@@ -11,10 +11,11 @@ static state (:mod:`pipeplan.sizing.memory`) - backward workspace.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeplan.problem import ConfigError, Problem
+from pipeplan.problem import ConfigError, Problem, np_bool_types, plain_values
 from pipeplan.sizing import costs, memory
 from pipeplan.sizing.costs import OpCosts
 from pipeplan.sizing.hardware import Hardware
@@ -98,15 +99,20 @@ def balanced_split(num_layers: int, num_stages: int, layer: float, first_extra: 
 
 
 def _check_split(layers: Sequence[object], model: Model, num_stages: int) -> list[int]:
-    counts = list(layers)
+    layers = plain_values("layers_per_stage", layers)  # type: ignore[assignment]
+    if not isinstance(layers, (list, tuple)):
+        raise ConfigError(f"layers_per_stage must be a list of whole numbers, one per model stage ({num_stages}), "
+                          f"got {layers!r}")
+    counts: list[int] = []
+    for count in layers:
+        if isinstance(count, (bool, *np_bool_types())) or not isinstance(count, numbers.Integral) or count < 1:
+            raise ConfigError(f"layers_per_stage values must be whole numbers >= 1, got {count!r}")
+        counts.append(int(count))
     if len(counts) != num_stages:
         raise ConfigError(f"layers_per_stage has {len(counts)} values; give one per model stage ({num_stages})")
-    for count in counts:
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ConfigError(f"layers_per_stage values must be whole numbers >= 1, got {count!r}")
-    if sum(counts) != model.num_layers:  # type: ignore[arg-type]
-        raise ConfigError(f"layers_per_stage sums to {sum(counts)}, but the model has {model.num_layers} layers")  # type: ignore[arg-type]
-    return counts  # type: ignore[return-value]
+    if sum(counts) != model.num_layers:
+        raise ConfigError(f"layers_per_stage sums to {sum(counts)}, but the model has {model.num_layers} layers")
+    return counts
 
 
 def _microseconds(value: float) -> float:

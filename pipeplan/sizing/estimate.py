@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from pipeplan.metrics import Metrics, compute_metrics
-from pipeplan.problem import PLACEMENTS, ConfigError
+from pipeplan.problem import PLACEMENTS, ConfigError, expect
 from pipeplan.schedule import NotApplicable, Schedule
 from pipeplan.schedules import generate, get
 from pipeplan.simulate import Timeline, simulate
@@ -168,13 +168,19 @@ def estimate(
                              layers_per_stage=layers_per_stage, balanced=balanced)
 
     check_placement(placement, num_chunks)
+    expect("stop", stop, (StopRequest, type(None)), "a pipeplan.solver.StopRequest or None")
     if schedule == OPTIMAL:
         split, where = optimizer_variant(num_chunks)
         sized = build(split, placement or where)
         timeline, metrics, status, gap, interrupted = run_optimal(sized, time_limit_s, num_workers, random_seed,
                                                                   stop)
     else:
-        sized, orders = place_named(schedule, num_chunks, build, placement)
+        try:
+            sized, orders = place_named(schedule, num_chunks, build, placement)
+        except NotApplicable as exc:  # the reason without its advice, which names config-file fields
+            reason = str(exc).split("; set ")[0]
+            raise ConfigError(f"schedule {schedule!r} does not apply to this layout: {reason}; pass num_chunks= "
+                              "and placement= to match") from None
         timeline, metrics = run_named(sized, orders)
         status, gap, interrupted = "", None, False
     record = summarize(sized, setup, model_rec, hardware_rec, schedule, timeline, metrics, status, gap)

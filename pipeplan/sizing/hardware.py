@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 
 from pipeplan.problem import ConfigError
-from pipeplan.sizing.records import check_fields, positive_number, presets, resolve
+from pipeplan.sizing.records import check_fields, presets, resolve, set_positive
 
 GIB = 2**30
 
@@ -52,14 +52,14 @@ class Hardware:
     def __post_init__(self) -> None:
         for name in ("peak_tflops", "memory_gib", "memory_bandwidth_gbs", "intra_node_bandwidth_gbs",
                      "inter_node_bandwidth_gbs"):
-            positive_number("hardware", name, getattr(self, name))
-        positive_number("hardware", "gpus_per_node", self.gpus_per_node, whole=True)
+            set_positive(self, "hardware", name)
+        set_positive(self, "hardware", "gpus_per_node", whole=True)
         for name in ("matmul_efficiency", "memory_efficiency", "link_efficiency"):
-            positive_number("hardware", name, getattr(self, name))
+            set_positive(self, "hardware", name)
             if getattr(self, name) > 1:
                 raise ConfigError(f"hardware.{name} is a fraction of the peak, at most 1; got {getattr(self, name)}")
-        positive_number("hardware", "link_latency_us", self.link_latency_us, allow_zero=True)
-        positive_number("hardware", "memory_reserve_gib", self.memory_reserve_gib, allow_zero=True)
+        set_positive(self, "hardware", "link_latency_us", allow_zero=True)
+        set_positive(self, "hardware", "memory_reserve_gib", allow_zero=True)
         if self.memory_reserve_gib >= self.memory_gib:
             raise ConfigError(f"hardware.memory_reserve_gib ({self.memory_reserve_gib}) must be below "
                               f"hardware.memory_gib ({self.memory_gib})")

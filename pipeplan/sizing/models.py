@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pipeplan.problem import ConfigError
-from pipeplan.sizing.records import check_fields, positive_number, presets, resolve
+from pipeplan.sizing.records import check_fields, presets, resolve, set_positive
 
 # The keys of a model record, in the order of the preset files; they are a contract.
 MODEL_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads",
@@ -47,7 +47,7 @@ class Model:
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads",
                      "vocab_size"):
-            positive_number("model", name, getattr(self, name), whole=True)
+            set_positive(self, "model", name, whole=True)
         for name in ("gated_mlp", "tied_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")

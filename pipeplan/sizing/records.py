@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from pipeplan.problem import ConfigError
+from pipeplan.problem import ConfigError, np_bool_types
 
 
 @functools.cache
@@ -80,11 +81,21 @@ def check_fields(what: str, fields: Mapping[str, Any], accepted: tuple[str, ...]
         raise ConfigError(f"unknown {what} field {unknown[0]!r}; valid fields: {', '.join(accepted)}")
 
 
-def positive_number(what: str, name: str, value: object, whole: bool = False, allow_zero: bool = False) -> None:
-    """Raise :class:`ConfigError` naming ``what.name`` unless ``value`` is a positive (or >= 0) number."""
-    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+def positive_number(what: str, name: str, value: object, whole: bool = False,
+                    allow_zero: bool = False) -> int | float:
+    """``value`` as a Python int (``whole``) or number, or a :class:`ConfigError` naming ``what.name`` unless it
+    is a positive (or >= 0) number. NumPy's numbers count (a row of a sweep's table holds them)."""
+    if isinstance(value, (bool, *np_bool_types())) or not isinstance(value, numbers.Integral if whole else
+                                                                     numbers.Real):
         kind = "a whole number" if whole else "a number"
         raise ConfigError(f"{what}.{name} must be {kind}, got {value!r}")
     number = float(value)
     if not math.isfinite(number) or (number < 0 if allow_zero else number <= 0):
         raise ConfigError(f"{what}.{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return int(value) if isinstance(value, numbers.Integral) else number
+
+
+def set_positive(record: object, what: str, name: str, whole: bool = False, allow_zero: bool = False) -> None:
+    """Check the field ``name`` of a frozen ``record`` with :func:`positive_number` and store it as a Python
+    number."""
+    object.__setattr__(record, name, positive_number(what, name, getattr(record, name), whole, allow_zero))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pipeplan.problem import ConfigError
 from pipeplan.sizing.hardware import Hardware
 from pipeplan.sizing.models import Model
-from pipeplan.sizing.records import positive_number
+from pipeplan.sizing.records import set_positive
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -53,7 +53,7 @@ class Setup:
     def __post_init__(self) -> None:
         for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size",
                      "global_batch_size", "seq_len", "num_chunks"):
-            positive_number("setup", name, getattr(self, name), whole=True)
+            set_positive(self, "setup", name, whole=True)
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
         for name in ("sequence_parallel", "flash_attention", "distributed_optimizer", "overlap_grad_sync"):

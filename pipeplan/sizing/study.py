@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from pipeplan.problem import ConfigError
+from pipeplan.problem import ConfigError, expect
 
 if TYPE_CHECKING:
     from pipeplan.solver import StopRequest
@@ -218,6 +218,7 @@ def run_study(study: Study, time_limit_s: float | None = None,
     from pipeplan.sizing.estimate import estimate
     from pipeplan.sizing.sweep import best_row, sweep_with_stats
 
+    expect("study", study, Study, "a Study (load_study(path))")
     kwargs = dict(study.sweep_kwargs)
     if time_limit_s is not None:
         kwargs["time_limit_s"] = time_limit_s

@@ -21,12 +21,13 @@ import pandas as pd
 
 from pipeplan.executors import Executor, ShouldStop
 from pipeplan.executors.local import LocalExecutor
-from pipeplan.problem import ConfigError
+from pipeplan.problem import ConfigError, expect
 from pipeplan.schedule import NotApplicable
 from pipeplan.sizing.build import SizedProblem, build_problem, optimizer_variant
 from pipeplan.sizing.estimate import OPTIMAL, check_schedule, place_named, run_named, run_optimal, summarize
 from pipeplan.sizing.hardware import Hardware, load_hardware
 from pipeplan.sizing.models import Model, load_model
+from pipeplan.sizing.records import positive_number
 from pipeplan.sizing.setup import RECOMPUTE_MODES, Setup, constraint_violation
 from pipeplan.solver import StopRequest
 from pipeplan.store import Outcome, Progress, Store, Task, TaskOutput, record_of, run_tasks, task_key
@@ -74,6 +75,14 @@ def _check_options(time_limit_s: object, optimal_top: object, num_workers: objec
                 isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
             none = " (or None)" if optional else ""
             raise ConfigError(f"{name} must be a whole number >= 1{none}, got {value!r}")
+
+
+def _check_hooks(store: object, progress: object, stop: object) -> None:
+    """:class:`ConfigError` naming ``store``, ``progress`` or ``stop`` when it is not what a sweep can use."""
+    expect("store", store, (Store, type(None)), "a pipeplan.store.Store (with Store(path) as store: ...) or None")
+    expect("stop", stop, (StopRequest, type(None)), "a pipeplan.solver.StopRequest or None")
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"progress must be a function taking each progress report, or None; got {progress!r}")
 
 
 def _label(setup: Setup) -> str:
@@ -204,6 +213,10 @@ def sweep_with_stats(
         if mode not in RECOMPUTE_MODES:
             raise ConfigError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {mode!r}")
     _check_options(time_limit_s, optimal_top, num_workers, processes)
+    _check_hooks(store, progress, stop)
+    # One value each for every configuration: a bad one is the caller's typo, not a row that does not fit.
+    global_batch_size = int(positive_number("setup", "global_batch_size", global_batch_size, whole=True))
+    seq_len = int(positive_number("setup", "seq_len", seq_len, whole=True))
     space = list(itertools.product(
         _whole_numbers("num_gpus", num_gpus), _whole_numbers("tensor_parallel", tensor_parallel),
         _whole_numbers("pipeline_parallel", pipeline_parallel), _whole_numbers("microbatch_size", microbatch_size),
