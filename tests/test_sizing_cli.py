@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipeplan import load_config
+from pipeplan import ConfigError, load_config
 from pipeplan.cli import USER_ERROR, main
 from pipeplan.sizing import study as study_module
 from pipeplan.sizing.study import load_study
@@ -279,3 +279,14 @@ def test_the_shipped_study_example_loads() -> None:
     study = load_study(ROOT / "models" / "size-llama3.1-70b.yaml")
     assert study.name == "llama3.1-70b on H100"
     assert study.sweep_kwargs["num_gpus"] == [64, 128, 256, 512]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"hardware": {"preset": "h100-80gb", "mem": 40}}, "unknown hardware field 'mem'"),
+    ({"search": {"schedules": ["1f1b", "zzz"]}}, "unknown schedule 'zzz'"),
+    ({"model": "gone.yaml"}, "model file"),
+], ids=["hardware-field", "schedule", "model-file"])
+def test_load_study_checks_the_names_it_will_use(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    """A typo in the hardware, a schedule or a model file used to load and fail only when the study ran."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_study(write_study(tmp_path, {**GOOD, **change}))

@@ -141,7 +141,22 @@ def study_from_dict(data: object, default_name: str = "study", base: Path | None
     name = data.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise ConfigError(f"name must be a non-empty text, got {name!r}")
+    _check_names(kwargs)
     return Study(name=name, sweep_kwargs=kwargs)
+
+
+def _check_names(kwargs: dict[str, Any]) -> None:
+    """Resolve the model and hardware (presets, overrides, YAML files) and check the schedule names now, so
+    that a typo fails when the study loads rather than when it runs."""
+    from pipeplan.sizing.estimate import check_schedule
+    from pipeplan.sizing.hardware import load_hardware
+    from pipeplan.sizing.models import load_model
+
+    load_model(kwargs["model"])
+    load_hardware(kwargs["hardware"])
+    schedules = kwargs.get("schedules", [])
+    for schedule in schedules if isinstance(schedules, list) else [schedules]:
+        check_schedule(str(schedule))
 
 
 def _relative(value: object, base: Path | None) -> object:
