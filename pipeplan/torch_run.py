@@ -25,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from pipeplan.problem import ConfigError, Op, OpKind, Problem, expect
+from pipeplan.problem import A_PROBLEM, ConfigError, Op, OpKind, Problem, expect
 from pipeplan.schedule import Schedule
 from pipeplan.simulate import simulate
 from pipeplan.torch_csv import to_torch_csv
@@ -70,13 +70,16 @@ class TorchJob:
 
     def __post_init__(self) -> None:
         """Refuse a job torch could only fail on later, in its ranks (a hang until gloo's timeout, or an
-        assertion): sizes below 1, a negative time scale, a schedule that is not one of this problem's."""
-        for name in ("width", "rows_per_microbatch"):
+        assertion): sizes below 1, a seed or time scale that is not a number >= 0, a schedule that is not one of
+        this problem's."""
+        for name, least in (("width", 1), ("rows_per_microbatch", 1), ("seed", 0)):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"TorchJob.{name} must be a whole number >= 1, got {value!r}")
-        if not self.time_scale >= 0:
-            raise ConfigError(f"TorchJob.time_scale must be >= 0 (0: as fast as it goes), got {self.time_scale!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"TorchJob.{name} must be a whole number >= {least}, got {value!r}")
+        scale = self.time_scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 <= scale < float("inf"):
+            raise ConfigError(f"TorchJob.time_scale must be a number >= 0 (0: as fast as it goes), got {scale!r}")
+        expect("problem", self.problem, Problem, A_PROBLEM)
         simulate(self.problem, self.schedule)  # a ScheduleError names what does not fit the problem
 
 

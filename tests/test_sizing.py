@@ -290,6 +290,14 @@ def test_numpy_numbers_from_a_sweeps_table_are_taken_as_they_are_and_bad_common_
             sweep(**common, num_gpus=8, tensor_parallel=2, pipeline_parallel=2)
 
 
+def test_a_value_given_twice_in_the_search_space_gives_its_rows_once() -> None:
+    kwargs: dict[str, Any] = {"model": TINY, "hardware": "h100-80gb", "num_gpus": 8, "global_batch_size": 16,
+                              "seq_len": 256, "pipeline_parallel": 2}
+    once = sweep(**kwargs, tensor_parallel=2, schedules="1f1b", recompute="selective")
+    twice = sweep(**kwargs, tensor_parallel=[2, 2], schedules=["1f1b", "1f1b"], recompute=["selective"] * 2)
+    assert len(once) == 1 and twice.equals(once)
+
+
 def test_uneven_and_balanced_splits() -> None:
     # The last stage's LM head costs 2.5 layers: the balanced split gives it fewer layers (slowest stage 5).
     assert balanced_split(16, 4, 1.0, 0.2, 2.5) == [4, 5, 5, 2]

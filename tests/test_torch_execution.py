@@ -112,8 +112,13 @@ _V = Problem.build(num_stages=2, num_microbatches=4, backward_weight=0.5).with_l
     ({"problem": Problem.build(2, 4), "schedule": generate("1f1b", Problem.build(2, 4)), "rows_per_microbatch": 0},
      "TorchJob.rows_per_microbatch must be a whole number >= 1, got 0"),
     ({"problem": Problem.build(2, 4), "schedule": generate("1f1b", Problem.build(2, 4)), "time_scale": -1.0},
-     "TorchJob.time_scale must be >= 0"),
-], ids=["other-layout", "other-rank-count", "no-rows", "negative-time-scale"])
+     "TorchJob.time_scale must be a number >= 0"),
+    # These two used to fail with a TypeError here, or with torch's ValueError inside every rank.
+    ({"problem": Problem.build(2, 4), "schedule": generate("1f1b", Problem.build(2, 4)), "time_scale": "0"},
+     "TorchJob.time_scale must be a number >= 0 (0: as fast as it goes), got '0'"),
+    ({"problem": Problem.build(2, 4), "schedule": generate("1f1b", Problem.build(2, 4)), "seed": "x"},
+     "TorchJob.seed must be a whole number >= 0, got 'x'"),
+], ids=["other-layout", "other-rank-count", "no-rows", "negative-time-scale", "text-time-scale", "text-seed"])
 def test_a_job_torch_could_only_fail_on_later_is_refused_when_made(job: dict[str, Any], message: str) -> None:
     # Without the check, the first hangs until gloo's timeout in the ranks and the second fails an assertion there.
     with pytest.raises(ValueError, match=re.escape(message)):

@@ -55,13 +55,13 @@ def _as_list(name: str, value: object) -> list[Any]:
 
 
 def _whole_numbers(name: str, value: object) -> list[int]:
-    """A search-space argument (one whole number or a list of them) as a list; :class:`ConfigError` naming
-    ``name`` unless each is a whole number >= 1."""
+    """A search-space argument (one whole number or a list of them) as a list without repeats; :class:`ConfigError`
+    naming ``name`` unless each is a whole number >= 1."""
     values = _as_list(name, value)
     for item in values:
         if isinstance(item, bool) or not isinstance(item, numbers.Integral) or item < 1:
             raise ConfigError(f"{name} must be a whole number >= 1 or a list of them, got {item!r}")
-    return [int(item) for item in values]
+    return list(dict.fromkeys(int(item) for item in values))  # a value given twice would give its rows twice
 
 
 def _check_options(time_limit_s: object, optimal_top: object, num_workers: object, processes: object) -> None:
@@ -205,10 +205,10 @@ def sweep_with_stats(
         should_stop = (lambda: stop.requested or asked()) if asked is not None else (lambda: stop.requested)
     model_rec = load_model(model)
     hardware_rec = load_hardware(hardware)
-    names = [str(s) for s in _as_list("schedules", schedules)]
+    names = list(dict.fromkeys(str(s) for s in _as_list("schedules", schedules)))
     for name in names:
         check_schedule(name)
-    modes = [str(m) for m in _as_list("recompute", recompute)]
+    modes = list(dict.fromkeys(str(m) for m in _as_list("recompute", recompute)))
     for mode in modes:
         if mode not in RECOMPUTE_MODES:
             raise ConfigError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {mode!r}")
