@@ -53,9 +53,10 @@ class OutputClosed(Exception):
 
 
 class _Stdout(Console):
-    """The console of a command's output. When its reader closes it early rich ends the process with status 1,
-    the status of a bug here; this raises :class:`OutputClosed` instead, which :func:`main` answers (rich
-    versions before ``on_broken_pipe`` raise BrokenPipeError, which :class:`_Group` turns into it)."""
+    """The console of a command's output. When its reader closes it early rich points stdout at /dev/null and
+    ends the process with status 1, the status of a bug here; this raises :class:`OutputClosed` instead, which
+    :func:`main` answers (a broken pipe raised by click, or by rich versions before ``on_broken_pipe``, reaches
+    :func:`main` as click's status 1, answered there too)."""
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
@@ -81,19 +82,6 @@ def _output_closed() -> bool:
         return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
     except (OSError, ValueError, AttributeError):  # no file descriptor (captured output) or no poll here
         return False
-
-
-class _Group(click.Group):
-    """The command group: a broken pipe on stdout becomes :class:`OutputClosed` (click would end the process
-    with status 1 and no message for any broken pipe); another broken pipe is a bug, reported as one."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except BrokenPipeError as exc:
-            if _output_closed():
-                raise OutputClosed from None
-            raise RuntimeError(f"broken pipe: {exc}") from exc
 
 
 def _console() -> Console:
@@ -130,7 +118,7 @@ def _debug_option(func: F) -> F:
                         help="Show the full traceback of an error.")(func)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="pipeplan")
 def cli() -> None:
     """Plan pipeline-parallel training schedules: simulate named schedules, find optimal ones.
@@ -1016,17 +1004,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (Terminated, SystemExit) as exc:
         # SystemExit: Ray's driver handler, in place while a local Ray cluster starts, exits with SIGTERM's number.
         if isinstance(exc, SystemExit) and exc.code == 1 and _output_closed():
-            # click's own answer to a broken pipe outside a command (--help, --version): status 1 and nothing said.
-            _silence_stdout()
-            return OUTPUT_CLOSED
+            # click's own answer to a broken pipe (its echo, --help, --version): status 1 and nothing said.
+            return _closed_output()
         if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
             raise
         click.echo("pipeplan: terminated", err=True)
         return TERMINATED
     except OutputClosed:
-        # Every result folder is written before the tables are printed, so only the rest of the output is lost.
-        _silence_stdout()
-        return OUTPUT_CLOSED
+        return _closed_output()
     except (PipeplanError, OSError) as exc:
         if run.debug:
             traceback.print_exc()
@@ -1042,12 +1027,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code if isinstance(code, int) else 0
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so that Python's own flush at exit meets no closed pipe either."""
+def _closed_output() -> int:
+    """The status when the reader of the output closed it early. Every result folder is written before the tables
+    are printed, so only the rest of the output is lost. stdout now points at /dev/null, so that Python's own
+    flush at exit meets no closed pipe either."""
     with contextlib.suppress(OSError, ValueError, AttributeError):  # a stdout with no file descriptor (captured)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
+    return OUTPUT_CLOSED
 
 
 if __name__ == "__main__":

@@ -177,14 +177,19 @@ def estimate(
     else:
         try:
             sized, orders = place_named(schedule, num_chunks, build, placement)
-        except NotApplicable as exc:  # the reason without its advice, which names config-file fields
-            reason = str(exc).split("; set ")[0]
-            raise ConfigError(f"schedule {schedule!r} does not apply to this layout: {reason}; pass num_chunks= "
-                              "and placement= to match") from None
+        except NotApplicable as exc:
+            raise ConfigError(f"schedule {schedule!r} does not apply to this layout: {without_advice(exc)}; pass "
+                              "num_chunks= and placement= to match") from None
         timeline, metrics = run_named(sized, orders)
         status, gap, interrupted = "", None, False
     record = summarize(sized, setup, model_rec, hardware_rec, schedule, timeline, metrics, status, gap)
     return {**record, "interrupted": interrupted}
+
+
+def without_advice(exc: Exception) -> str:
+    """A generator's or the problem's error without its advice ("; set ...", "; with ..."), which names config
+    keys and other schedules: sizing picks the backward and placement itself."""
+    return str(exc).split("; set ")[0].split("; with ")[0]
 
 
 def summarize(sized: SizedProblem, setup: Setup, model: Model, hardware: Hardware, schedule: str,

@@ -24,7 +24,15 @@ from pipeplan.executors.local import LocalExecutor
 from pipeplan.problem import ConfigError, expect
 from pipeplan.schedule import NotApplicable
 from pipeplan.sizing.build import SizedProblem, build_problem, optimizer_variant
-from pipeplan.sizing.estimate import OPTIMAL, check_schedule, place_named, run_named, run_optimal, summarize
+from pipeplan.sizing.estimate import (
+    OPTIMAL,
+    check_schedule,
+    place_named,
+    run_named,
+    run_optimal,
+    summarize,
+    without_advice,
+)
 from pipeplan.sizing.hardware import Hardware, load_hardware
 from pipeplan.sizing.models import Model, load_model
 from pipeplan.sizing.records import positive_number
@@ -338,11 +346,8 @@ def _run_named_task(job: tuple[Model, Hardware, Setup, str, bool]) -> TaskOutput
 
     try:
         sized, orders = place_named(name, setup.num_chunks, build)
-    except (NotApplicable, ConfigError) as exc:
-        # The generators' hints name config keys and other schedules; sizing picks the backward and placement
-        # itself and tries every schedule asked for.
-        reason = str(exc).split("; set ")[0].split("; with ")[0]
-        return TaskOutput({**_setup_columns(setup), "schedule": name, "skipped": reason})
+    except (NotApplicable, ConfigError) as exc:  # sizing tries every schedule asked for: a skipped row
+        return TaskOutput({**_setup_columns(setup), "schedule": name, "skipped": without_advice(exc)})
     timeline, metrics = run_named(sized, orders)
     row = _row(summarize(sized, setup, model, hardware, name, timeline, metrics, "", None))
     return TaskOutput.of(row)  # the orders are the generator's: the name regenerates them, no need to store
