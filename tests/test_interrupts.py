@@ -57,6 +57,16 @@ def ctrl_c_on_first_report(real_solve: Callable[..., Any]) -> Callable[..., Any]
     return solve_then_ctrl_c
 
 
+def ctrl_c_after(call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` that sends SIGINT to this process once it has returned."""
+    def call_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
+        result = call(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    return call_then_ctrl_c
+
+
 def send_on_report(monkeypatch: pytest.MonkeyPatch, when: Callable[[int, Any], bool], *signals: int) -> None:
     """Send ``signals`` to this process on the first progress report for which ``when(n, report)`` holds (n is
     1-based). Reports after the first come from CP-SAT's threads; between two signals the sender waits until the
@@ -197,14 +207,7 @@ def test_a_ctrl_c_after_the_search_ended_says_the_answer_is_whole(
 ) -> None:
     # The Ctrl-C comes once the comparison has its answer (as if while the other layouts were compared): the answer
     # is not marked interrupted, and the last line says it is complete instead of "stopped early".
-    real_compare = pipeplan.cli.compare
-
-    def compare_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
-        comparison = real_compare(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)
-        return comparison
-
-    monkeypatch.setattr(pipeplan.cli, "compare", compare_then_ctrl_c)
+    monkeypatch.setattr(pipeplan.cli, "compare", ctrl_c_after(pipeplan.cli.compare))
     code = main(["solve", config, "--time-limit", "1", "--format", "json", "--quiet"])
     captured = capsys.readouterr()
     assert code == INTERRUPTED
@@ -231,14 +234,8 @@ def test_ctrl_c_in_an_in_process_sweep_names_the_budget_cut_short_and_those_not_
     # to say only that "the results above are the best found by then"). A Ctrl-C once a budget's solve has
     # returned cuts nothing short: no row is marked.
     real_solve = pipeplan.frontier.solve
-
-    def solve_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
-        result = real_solve(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)
-        return result
-
     monkeypatch.setattr(pipeplan.frontier, "solve", ctrl_c_on_first_report(real_solve) if during else
-                        solve_then_ctrl_c)
+                        ctrl_c_after(real_solve))
     code = main(["frontier", config, "--budgets", "5:7:1", "--time-limit", "3", "--jobs", "1", "--quiet"])
     captured = capsys.readouterr()
     assert code == INTERRUPTED
