@@ -82,7 +82,7 @@ def memory_timeline(timeline: Timeline) -> list[list[tuple[float, float]]]:
     for device_events in memory_events(timeline):
         level = 0.0
         device_steps: list[tuple[float, float]] = [(0.0, 0.0)]
-        for time, delta in sorted(device_events, key=lambda e: (e[0], e[1])):
+        for time, delta in sorted(device_events):  # by time, then releases (negative) first
             level += delta
             if device_steps[-1][0] == time:
                 device_steps[-1] = (time, level)

@@ -457,6 +457,30 @@ class Problem:
             for kind in self.kinds
         ]
 
+    # Op numbers: where speed matters (the replay) a list indexed by them stands in for a dict keyed by ops, whose
+    # hashing (a dataclass and an enum, both in Python) cost more than the replay itself.
+
+    def op_number(self, op: Op) -> int:
+        """A number of its own for ``op``, in 0 .. 3 * num_model_stages * num_microbatches - 1."""
+        kind = op.kind
+        code = 0 if kind is OpKind.F else 1 if kind is OpKind.B else 2
+        return (code * self.num_devices * self.num_chunks + op.stage) * self.num_microbatches + op.microbatch
+
+    @property
+    def num_op_numbers(self) -> int:
+        """How many numbers :meth:`op_number` can give (every kind counted, whether the problem has it or not)."""
+        return 3 * self.num_model_stages * self.num_microbatches
+
+    @cached_property
+    def numbered_dependencies(self) -> tuple[tuple[tuple[int, float], ...], ...]:
+        """:meth:`dependencies` by :meth:`op_number`: entry ``op_number(op)`` holds ``(op_number(dep), latency)``
+        for each dependency of ``op`` (entries of kinds the problem does not have are empty)."""
+        table: list[tuple[tuple[int, float], ...]] = [()] * self.num_op_numbers
+        number = self.op_number
+        for op in self.all_ops():
+            table[number(op)] = tuple((number(dep), lag) for dep, lag in self.dependencies(op))
+        return tuple(table)
+
     def ops_in_dependency_order(self, microbatches: Sequence[int] | None = None) -> list[Op]:
         """The ops of ``microbatches`` (all when None) so that each comes after its dependency: forwards up the
         stages, backwards down, then W."""

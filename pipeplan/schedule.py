@@ -6,7 +6,6 @@ runtime such as ``torch.distributed.pipelining`` runs each rank's list as soon a
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -55,7 +54,13 @@ def check_complete(problem: Problem, schedule: Schedule) -> None:
         raise ScheduleError(
             f"schedule {schedule.name!r} has {len(schedule.orders)} device orders, expected {problem.num_devices}"
         )
-    valid_kinds = set(problem.kinds)
+    valid_kinds = problem.kinds
+    stages = range(problem.num_model_stages)
+    chunk = [problem.chunk_of(stage) for stage in stages]
+    device_of = [problem.device_of(stage) for stage in stages]
+    seen = bytearray(problem.num_op_numbers)  # by op number: whether an earlier position holds that op
+    number = problem.op_number
+    repeated: list[str] = []
     for device, order in enumerate(schedule.orders):
         for position, op in enumerate(order):
             if not isinstance(op, Op):
@@ -68,23 +73,30 @@ def check_complete(problem: Problem, schedule: Schedule) -> None:
                 raise ScheduleError(
                     f"schedule {schedule.name!r} has op {op.label}, but this problem has no {op.kind.value} ops"
                 )
-            if op.chunk != problem.chunk_of(op.stage):
+            if op.chunk != chunk[op.stage]:
                 raise ScheduleError(
                     f"schedule {schedule.name!r} gives {op.label} chunk {op.chunk}, but stage {op.stage} is chunk "
-                    f"{problem.chunk_of(op.stage)} of its device"
+                    f"{chunk[op.stage]} of its device"
                 )
-            if problem.device_of(op.stage) != device:
+            if device_of[op.stage] != device:
                 raise ScheduleError(
                     f"schedule {schedule.name!r} runs {op.label} on device {device}, but stage {op.stage} lives "
-                    f"on device {problem.device_of(op.stage)}"
+                    f"on device {device_of[op.stage]}"
                 )
-    counts = Counter(op for order in schedule.orders for op in order)
-    repeated = sorted((op.label for op, n in counts.items() if n > 1))
+            try:
+                n = number(op)
+                if seen[n]:
+                    repeated.append(op.label)
+                seen[n] = 1
+            except TypeError:  # e.g. a microbatch of 1.5, which the range check lets through
+                raise ScheduleError(f"schedule {schedule.name!r} has op {op.label}, whose stage or microbatch is "
+                                    "not a whole number") from None
     if repeated:
+        repeated = sorted(set(repeated))
         raise ScheduleError(f"schedule {schedule.name!r} repeats ops: {', '.join(repeated[:10])}")
     expected = problem.num_model_stages * problem.num_microbatches * len(problem.kinds)
-    if len(counts) != expected:
-        missing = [op.label for op in problem.all_ops() if op not in counts]
+    if sum(seen) != expected:
+        missing = [op.label for op in problem.all_ops() if not seen[number(op)]]
         raise ScheduleError(
             f"schedule {schedule.name!r} is missing {len(missing)} ops: {', '.join(missing[:10])}"
         )

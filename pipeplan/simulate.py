@@ -47,12 +47,15 @@ class _Replay:
         self.problem = problem
         self.schedule = schedule
         self.ops: list[Op] = [op for order in schedule.orders for op in order]
-        self.index: dict[Op, int] = {op: i for i, op in enumerate(self.ops)}
         self.device: list[int] = [d for d, order in enumerate(schedule.orders) for _ in order]
         self.duration: list[float] = [problem.duration(op) for op in self.ops]
+        numbers = [problem.op_number(op) for op in self.ops]
+        index = [0] * problem.num_op_numbers  # op number -> position in self.ops
+        for i, number in enumerate(numbers):
+            index[number] = i
         # deps[i]: (index of an op that must end first, latency after its end) for op i.
         self.deps: list[list[tuple[int, float]]] = [
-            [(self.index[dep], lag) for dep, lag in problem.dependencies(op)] for op in self.ops
+            [(index[dep], lag) for dep, lag in problem.numbered_dependencies[number]] for number in numbers
         ]
         offsets = [0]
         for order in schedule.orders:

@@ -13,6 +13,7 @@ from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS
 from pipeplan import ConfigError, Problem, Schedule, ScheduleError, generate, load_config, simulate, solve
 from pipeplan.config import SolverSettings, config_from_dict, load_yaml
 from pipeplan.frontier import frontier
+from pipeplan.problem import Op, OpKind
 from pipeplan.sizing.study import run_study
 from pipeplan.torch_csv import from_torch_csv
 from pipeplan.torch_run import run_in_torch
@@ -262,6 +263,8 @@ def _problem() -> Problem:
 WRONG_TYPES: list[tuple[Any, type[Exception], str]] = [
     (lambda: simulate(_problem(), Schedule.from_lists("x", [["F0", "B0"], [], []])), ScheduleError,
      "schedule 'x' holds 'F0' at position 0 of device 0, not an Op; make ops with problem.op("),
+    (lambda: simulate(_problem(), Schedule.from_lists("x", [[Op(OpKind.F, 0, 0.5)], [], []])), ScheduleError,
+     "schedule 'x' has op F0.5@s0, whose stage or microbatch is not a whole number"),
     (lambda: simulate(_problem(), None), ScheduleError, "schedule must be a pipeplan.Schedule"),
     (lambda: simulate("p", generate("1f1b", _problem())), ConfigError, "problem must be a pipeplan.Problem"),
     (lambda: solve("models/seed-8x64.yaml"), ConfigError,

@@ -124,3 +124,17 @@ def test_planner_chooses_a_feasible_lowest_bubble_candidate(fields: dict[str, An
     assert_valid(problem, timeline, metrics)
     assert metrics.feasible
     assert metrics.makespan == chosen["makespan"]
+
+
+@SETTINGS
+@given(problem_fields())
+def test_op_numbers_are_distinct_and_number_the_dependencies(fields: dict[str, Any]) -> None:
+    # The replay looks dependencies up by op number instead of by op; both must say the same.
+    problem = Problem.build(**fields)
+    ops = problem.all_ops()
+    numbers = [problem.op_number(op) for op in ops]
+    assert len(set(numbers)) == len(ops)
+    assert all(0 <= n < problem.num_op_numbers for n in numbers)
+    for op, number in zip(ops, numbers):
+        expected = [(problem.op_number(dep), lag) for dep, lag in problem.dependencies(op)]
+        assert list(problem.numbered_dependencies[number]) == expected
