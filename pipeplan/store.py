@@ -355,7 +355,8 @@ def run_tasks(tasks: Sequence[Task], function: Callable[[Any], TaskOutput], *, k
             progress(Progress(before_done + outcome.reused + outcome.ran, total, before_reused + outcome.reused,
                               before_failed + len(outcome.failures), label))
 
-    report("from the store" if stored else "starting")
+    if unique:  # a phase with no tasks (a sweep without the optimizer) has nothing to report
+        report("from the store" if stored else "starting")
     results: Iterator[TaskResult]
     if executor is None:
         results = (call(function, i, task.input) for i, task in enumerate(todo))

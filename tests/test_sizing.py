@@ -391,6 +391,16 @@ def test_random_shapes_build_valid_problems(layers: int, heads: int, kv_divisor:
 # --------------------------------------------------------------------------------------------- sweep
 
 
+def test_a_sweep_without_the_optimizer_ends_on_its_last_task() -> None:
+    # Its empty optimizer phase used to report "starting" last, after every task had finished.
+    reports: list[SweepProgress] = []
+    sweep(model=TINY, hardware="h100-80gb", num_gpus=8, global_batch_size=16, seq_len=128, tensor_parallel=1,
+          pipeline_parallel=2, schedules=["1f1b", "gpipe"], num_workers=1, progress=reports.append)
+    assert [r.label for r in reports][0] == "starting"
+    assert reports[-1].label != "starting" and reports[-1].done == reports[-1].total == 2
+    assert [r.done for r in reports[1:]] == [1, 2]
+
+
 def test_sweep_rows_columns_order_and_skipped_reasons() -> None:
     reports: list[SweepProgress] = []
     frame = sweep(model=TINY, hardware="h100-80gb", num_gpus=[8, 24, 32], global_batch_size=32, seq_len=128,
@@ -465,6 +475,22 @@ def test_sweep_names_the_argument_out_of_range(overrides: dict[str, Any], messag
                               "seq_len": 64, "tensor_parallel": 1, "pipeline_parallel": 2}
     with pytest.raises(ConfigError, match=message):
         sweep(**{**kwargs, **overrides})
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"time_limit_s": -5}, "time_limit_s must be a number of seconds > 0, got -5"),
+    ({"time_limit_s": "10"}, "time_limit_s must be a number of seconds > 0, got '10'"),
+    ({"num_workers": 0}, r"num_workers must be a whole number >= 1 \(or None\), got 0"),
+    ({"time_limit_s": 0, "schedule": "optimal"}, "time_limit_s must be a number of seconds > 0, got 0"),
+], ids=lambda value: str(value)[:30])
+def test_estimate_checks_the_optimizer_options_whatever_the_schedule(overrides: dict[str, Any],
+                                                                       message: str) -> None:
+    # They were checked only when the optimizer ran (as solver.time_limit_s, a config field), so a named
+    # schedule's call took them as they were.
+    kwargs: dict[str, Any] = {"model": TINY, "hardware": "h100-80gb", "global_batch_size": 8, "seq_len": 64,
+                              "pipeline_parallel": 2}
+    with pytest.raises(ConfigError, match=message):
+        estimate(**{**kwargs, **overrides})
 
 
 def test_sweep_takes_any_sequence_of_sizes() -> None:

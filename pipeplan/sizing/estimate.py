@@ -8,6 +8,8 @@ optimizer step are added.
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -151,6 +153,7 @@ def estimate(
     model_rec = load_model(model)
     hardware_rec = load_hardware(hardware)
     check_schedule(schedule)
+    check_optimizer_options(time_limit_s, num_workers)
     setup = Setup(
         tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, data_parallel=data_parallel,
         microbatch_size=microbatch_size, global_batch_size=global_batch_size, seq_len=seq_len,
@@ -184,6 +187,23 @@ def estimate(
         status, gap, interrupted = "", None, False
     record = summarize(sized, setup, model_rec, hardware_rec, schedule, timeline, metrics, status, gap)
     return {**record, "interrupted": interrupted}
+
+
+def check_optimizer_options(time_limit_s: object, num_workers: object) -> None:
+    """:class:`ConfigError` naming ``time_limit_s`` or ``num_workers`` when out of range (checked whether the
+    optimizer runs or not, so that a bad value is not found only when it does)."""
+    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, numbers.Real) \
+            or not math.isfinite(time_limit_s) or time_limit_s <= 0:
+        raise ConfigError(f"time_limit_s must be a number of seconds > 0, got {time_limit_s!r}")
+    check_count("num_workers", num_workers, optional=True)
+
+
+def check_count(name: str, value: object, optional: bool) -> None:
+    """:class:`ConfigError` unless ``value`` is a whole number >= 1 (or None when ``optional``)."""
+    if (value is not None or not optional) and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+        none = " (or None)" if optional else ""
+        raise ConfigError(f"{name} must be a whole number >= 1{none}, got {value!r}")
 
 
 def without_advice(exc: Exception) -> str:

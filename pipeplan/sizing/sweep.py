@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import math
 import numbers
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +25,8 @@ from pipeplan.schedule import NotApplicable
 from pipeplan.sizing.build import SizedProblem, build_problem, optimizer_variant
 from pipeplan.sizing.estimate import (
     OPTIMAL,
+    check_count,
+    check_optimizer_options,
     check_schedule,
     place_named,
     run_named,
@@ -74,15 +75,9 @@ def _whole_numbers(name: str, value: object) -> list[int]:
 
 def _check_options(time_limit_s: object, optimal_top: object, num_workers: object, processes: object) -> None:
     """:class:`ConfigError` naming the first of the sweep's scalar options out of range."""
-    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, numbers.Real) \
-            or not math.isfinite(time_limit_s) or time_limit_s <= 0:
-        raise ConfigError(f"time_limit_s must be a number of seconds > 0, got {time_limit_s!r}")
-    for name, value, optional in (("optimal_top", optimal_top, True), ("num_workers", num_workers, True),
-                                  ("processes", processes, False)):
-        if (value is not None or not optional) and (
-                isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
-            none = " (or None)" if optional else ""
-            raise ConfigError(f"{name} must be a whole number >= 1{none}, got {value!r}")
+    check_optimizer_options(time_limit_s, num_workers)
+    check_count("optimal_top", optimal_top, optional=True)
+    check_count("processes", processes, optional=False)
 
 
 def _check_hooks(store: object, progress: object, stop: object) -> None:
