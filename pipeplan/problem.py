@@ -474,11 +474,20 @@ class Problem:
     @cached_property
     def numbered_dependencies(self) -> tuple[tuple[tuple[int, float], ...], ...]:
         """:meth:`dependencies` by :meth:`op_number`: entry ``op_number(op)`` holds ``(op_number(dep), latency)``
-        for each dependency of ``op`` (entries of kinds the problem does not have are empty)."""
+        for each dependency of ``op`` (entries of kinds the problem does not have are empty). The same rule as
+        :meth:`dependencies`, written on numbers so that no op is made (a test holds the two equal)."""
+        stages, n = self.num_model_stages, self.num_microbatches
+        latency = [self.link_latency(s) for s in range(stages)]
+        forward, backward = 0, stages * n  # the first numbers of F and of B (W's follow B's)
         table: list[tuple[tuple[int, float], ...]] = [()] * self.num_op_numbers
-        number = self.op_number
-        for op in self.all_ops():
-            table[number(op)] = tuple((number(dep), lag) for dep, lag in self.dependencies(op))
+        for s in range(stages):
+            f, b = forward + s * n, backward + s * n  # F(s, 0) and B(s, 0)
+            for m in range(n):
+                if s > 0:
+                    table[f + m] = ((f - n + m, latency[s - 1]),)
+                table[b + m] = ((f + m, 0.0),) if s == stages - 1 else ((b + n + m, latency[s]),)
+                if self.split_backward:
+                    table[b + stages * n + m] = ((b + m, 0.0),)
         return tuple(table)
 
     def ops_in_dependency_order(self, microbatches: Sequence[int] | None = None) -> list[Op]:
