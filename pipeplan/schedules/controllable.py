@@ -56,6 +56,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from pipeplan.metrics import fits_budget
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.schedule import Schedule
@@ -106,7 +108,7 @@ class _Grid:
                     self._put(problem.op(kind, stage, m), offset + PERIOD * positions[m])
         self._place_weights()
         self.live = self._live_memory()
-        self.peak = [max(live) for live in self.live]  # the block's own, before the squeeze
+        self.peak = [float(live.max()) for live in self.live]  # the block's own, before the squeeze
         self.limit = self.peak if limit is None else [max(own, room) for own, room in zip(self.peak, limit)]
 
     def _put(self, op: Op, slot: int) -> None:
@@ -138,8 +140,8 @@ class _Grid:
             return self.problem.allocated_by(op.kind, op.stage), 0
         return -self.problem.released_by(op.kind, op.stage), 1
 
-    def _live_memory(self) -> list[list[float]]:
-        """Per device, the memory live during each slot."""
+    def _live_memory(self) -> list[np.ndarray]:
+        """Per device, the memory live during each slot (arrays, so that a move updates a range at once)."""
         live = [[0.0] * self.horizon for _ in range(self.problem.num_devices)]
         for op, slot in self.slot.items():
             amount, offset = self._change(op)
@@ -147,7 +149,7 @@ class _Grid:
         for row in live:
             for k in range(1, self.horizon):
                 row[k] += row[k - 1]
-        return live
+        return [np.array(row) for row in live]
 
     def _move(self, op: Op, new: int) -> None:
         """Move ``op`` to the earlier free slot ``new``; its change to live memory now covers [new, old) too."""
@@ -156,9 +158,7 @@ class _Grid:
         del self.taken[device][old]
         self._put(op, new)
         amount, offset = self._change(op)
-        live = self.live[device]
-        for k in range(new + offset, old + offset):
-            live[k] += amount
+        self.live[device][new + offset:old + offset] += amount
 
     def _earliest(self, op: Op) -> int:
         """The first slot after every dependency of ``op`` and after the same op of the previous microbatch."""
@@ -171,8 +171,8 @@ class _Grid:
     def _fits_from(self, op: Op, slot: int, new: int) -> bool:
         """Whether ``op`` (a forward) may allocate at ``new`` instead of ``slot`` within its device's peak."""
         device = self.problem.device_of(op.stage)
-        live = self.live[device]
-        return fits_budget(max(live[new:slot]) + self.problem.allocated_by(op.kind, op.stage), self.limit[device])
+        highest = float(self.live[device][new:slot].max())
+        return fits_budget(highest + self.problem.allocated_by(op.kind, op.stage), self.limit[device])
 
     def squeeze(self) -> None:
         """Move every op, in slot order, to the earliest free slot its dependencies and its device's peak allow."""
