@@ -97,6 +97,7 @@ class _Grid:
         # Past the last slot the block and W placement can use.
         self.horizon = PERIOD * (positions[-1] + 1 + 2 * p) + 8 * p
         self.slot: dict[Op, int] = {}  # keyed by op
+        self.slot_by_number = [0] * problem.num_op_numbers  # the same, by op number (read where speed matters)
         self.taken: list[dict[int, Op]] = [{} for _ in range(p)]  # per device: slot -> op
         for r in range(p):
             offsets = block(p, r)
@@ -115,6 +116,7 @@ class _Grid:
         device = self.problem.device_of(op.stage)
         assert slot not in self.taken[device], f"slot {slot} of device {device} taken twice"
         self.slot[op] = slot
+        self.slot_by_number[self.problem.op_number(op)] = slot
         self.taken[device][slot] = op
 
     def _place_weights(self) -> None:
@@ -162,10 +164,10 @@ class _Grid:
 
     def _earliest(self, op: Op) -> int:
         """The first slot after every dependency of ``op`` and after the same op of the previous microbatch."""
-        problem = self.problem
-        earliest = max((self.slot[dep] + 1 for dep, _ in problem.dependencies(op)), default=0)
-        if op.microbatch > 0:
-            earliest = max(earliest, self.slot[problem.op(op.kind, op.stage, op.microbatch - 1)] + 1)
+        number, slot = self.problem.op_number(op), self.slot_by_number
+        earliest = max((slot[dep] + 1 for dep, _ in self.problem.numbered_dependencies[number]), default=0)
+        if op.microbatch > 0:  # numbers run microbatch by microbatch within a kind and stage
+            earliest = max(earliest, slot[number - 1] + 1)
         return earliest
 
     def _fits_from(self, op: Op, slot: int, new: int) -> bool:
