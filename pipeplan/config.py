@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 
 from pipeplan.problem import ConfigError, Problem, expect, shown
+from pipeplan.reading import SMALL_FILE_BYTES, read_text
 
 Objective = Literal["makespan", "stage_span"]
 OBJECTIVES: tuple[Objective, ...] = ("makespan", "stage_span")
@@ -103,7 +104,7 @@ _REQUIRED = ("num_stages", "num_microbatches")
 # Limits that keep loading bounded on any input: the file's size, the number of values after expanding
 # aliases (a few "billion laughs" lines expand to 10^9), and nesting depth. A real config is a few KB with at
 # most a few values per stage.
-MAX_CONFIG_BYTES = 1_000_000
+MAX_CONFIG_BYTES = SMALL_FILE_BYTES
 MAX_CONFIG_VALUES = 20_000
 MAX_CONFIG_DEPTH = 20
 
@@ -272,25 +273,8 @@ def load_config(path: str | os.PathLike[str], ignore_budget: bool = False) -> Co
     """
     expect("path", path, (str, os.PathLike), "the path of a YAML config file")
     file = Path(path)
-    try:
-        with file.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(file)!r} does not exist; check the path") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{str(file)!r} is a folder, not a config file") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {str(file)!r} ({exc.strerror}); check the path and its "
-                          "permissions") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {str(file)!r} is larger than {MAX_CONFIG_BYTES} bytes, the limit; a config "
-                          "is a few KB: check that this is the right file")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise ConfigError(f"config file {str(file)!r} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
-                          f"{exc.start} (line {line}) is not valid UTF-8; save the file as UTF-8") from None
+    text = read_text(file, "config file", MAX_CONFIG_BYTES, larger="a config is a few KB: check that this is the "
+                     "right file")
     data = load_yaml(text)
     if data is None:
         raise ConfigError(f"the config file is empty; write a config there ({LAYOUT_HINT})")

@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 
 from pipeplan.problem import ConfigError
+from pipeplan.reading import SMALL_FILE_BYTES, read_text
 
 COLUMNS = ("stage", "forward", "backward", "backward_weight")
 COST_KEYS = ("forward", "backward", "backward_weight")
@@ -80,13 +81,7 @@ def profile_costs(path: object, base: Path | None = None, given: tuple[str, ...]
     file = Path(path)
     if not file.is_absolute() and base is not None:
         file = base / file
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"costs.profile {str(file)!r} does not exist; the path is relative to the config "
-                          "file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read costs.profile {str(file)!r}: {exc}") from None
+    text = read_text(file, "costs.profile", SMALL_FILE_BYTES, missing="the path is relative to the config file")
     source = f"costs.profile {str(file)!r}"
     costs = parse_profile(text, source=source)
     if layout is not None and all(isinstance(x, int) and x >= 1 for x in layout):

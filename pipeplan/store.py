@@ -61,6 +61,10 @@ CREATE TABLE results (
 """
 
 
+# The first 16 bytes of every SQLite database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
 class StoreError(ConfigError):
     """A store that cannot be used: not a pipeplan store, another layout, or a place that cannot be written."""
 
@@ -210,7 +214,7 @@ class Store:
         except OSError as exc:
             raise StoreError(f"cannot read the store {str(self.path)!r} ({exc.strerror}); pass another --store FILE") \
                 from None
-        if head != b"SQLite format 3\x00":
+        if head != SQLITE_HEADER:
             raise _refuse(self.path, "is not a pipeplan store (not an SQLite file)")
         try:
             db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)

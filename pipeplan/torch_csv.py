@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeplan.problem import ConfigError, Op, OpKind, Problem, expect
+from pipeplan.problem import ConfigError, Op, OpKind, Problem, expect, shown
+from pipeplan.reading import TORCH_CSV_BYTES, read_text
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.simulate import simulate
 
@@ -82,7 +83,7 @@ class _Reader:
         self.source = source
 
     def fail(self, row: int, column: int, cell: str, why: str) -> ConfigError:
-        return ConfigError(f"{self.source}: row {row} (rank {row - 1}), column {column}: {cell!r} {why}")
+        return ConfigError(f"{self.source}: row {row} (rank {row - 1}), column {column}: {shown(cell, 40)} {why}")
 
     def parse_cell(self, row: int, column: int, cell: str) -> list[_Action]:
         text = cell.strip()
@@ -164,7 +165,7 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
     or the deadlock when its orders cannot run.
     """
     expect("text", text, str, "the CSV's text (Path(file).read_text())")
-    orders = _Reader(problem, source).read(text)
+    orders = _Reader(problem, source).read(text.removeprefix("\ufeff"))  # as a file saved with a byte-order mark
     schedule = Schedule.from_lists(name, orders)
     try:
         simulate(problem, schedule)
@@ -179,11 +180,6 @@ def read_torch_csv(problem: Problem, path: str | Path, name: str | None = None) 
     The schedule is named ``name``, by default the file's stem.
     """
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"torch CSV {str(file)!r} does not exist; check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read torch CSV {str(file)!r}: {exc}") from None
+    text = read_text(file, "torch CSV", TORCH_CSV_BYTES)
     return from_torch_csv(problem, text, name=name or file.name.removesuffix(".csv").removesuffix(".torch"),
                           source=str(file))

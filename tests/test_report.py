@@ -167,6 +167,16 @@ def test_report_rejects_a_summary_the_replay_contradicts(
     assert not (tmp_path / "page.html").exists()
 
 
+def _replace_with_link(path: Path, target: Path) -> None:
+    path.unlink()
+    path.symlink_to(target)
+
+
+def _replace_with_folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -177,8 +187,17 @@ def test_report_rejects_a_summary_the_replay_contradicts(
         (_drop_config, "has no 'config' record"),
         (_tamper_op, "but its order replays to"),
         (lambda f: _edit_summary(f, "chosen", "nope"), "'chosen' is 'nope', not a schedule in the folder"),
+        # These were internal errors (exit 1), or read /dev/zero until memory ran out.
+        (lambda f: (f / "summary.json").write_bytes(b"\xff\xfe{"), "summary.json' is not UTF-8 text"),
+        (lambda f: (f / "summary.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8"),
+         "summary.json cannot be read (maximum recursion depth"),
+        (lambda f: (f / "summary.json").write_text('{"a": ' + "9" * 10_000 + "}", encoding="utf-8"),
+         "summary.json cannot be read (Exceeds the limit"),
+        (lambda f: _replace_with_link(f / "summary.json", Path("/dev/zero")), "is larger than 400000000 bytes"),
+        (lambda f: _replace_with_folder(f / "schedules" / "optimal.json"), "optimal.json' is a folder, not a file"),
     ],
-    ids=["no-folder", "no-summary", "no-schedule", "bad-json", "no-config", "edited-times", "edited-chosen"],
+    ids=["no-folder", "no-summary", "no-schedule", "bad-json", "no-config", "edited-times", "edited-chosen",
+         "not-utf8", "nested", "huge-number", "dev-zero", "folder"],
 )
 def test_report_of_a_damaged_folder_exits_2(
     capsys: pytest.CaptureFixture[str], folder: Path, tmp_path: Path, damage: object, message: str

@@ -270,3 +270,39 @@ def test_missing_parents_of_out_are_created(capsys: pytest.CaptureFixture[str], 
     assert code == 0, err
     assert names(out) == ["metrics.csv", "report.html", "schedules", "summary.json"]
     assert names(out.parent) == ["run"]
+
+
+def _project(out: Path) -> None:
+    """A user's folder that happens to hold a file named like one pipeplan writes."""
+    (out / "src").mkdir(parents=True)
+    (out / "summary.json").write_text("{}", encoding="utf-8")
+    (out / "src" / "main.c").write_text("int main;", encoding="utf-8")
+
+
+def _fake_store(out: Path) -> None:
+    out.mkdir()
+    (out / "store.sqlite").write_text("not a database", encoding="utf-8")
+
+
+def _solve_folder_with_notes(out: Path) -> None:
+    """A real result folder with a note of the user's added beside it."""
+    assert main([*SOLVE, "--out", str(out)]) == 0
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (_project, "holds what pipeplan does not write (src)"),
+    (_fake_store, "is not a pipeplan result folder (no summary.json"),
+    (_solve_folder_with_notes, "holds what pipeplan does not write (notes.txt)"),
+], ids=["project", "text-named-store", "result-with-notes"])
+def test_force_never_replaces_a_folder_holding_what_pipeplan_does_not_write(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, make: object, message: str) -> None:
+    # A file named summary.json or store.sqlite used to be proof enough: --force deleted the user's src/main.c.
+    out = tmp_path / "proj"
+    make(out)  # type: ignore[operator]
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    capsys.readouterr()
+    code, _, err = run(capsys, *SOLVE, "--out", str(out), "--force")
+    assert code == USER_ERROR and message in err and err.count("\n") == 1, err
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    assert names(tmp_path) == ["proj"]

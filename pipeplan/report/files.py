@@ -33,9 +33,11 @@ from pipeplan.bounds import prove
 from pipeplan.config import Config, SolverSettings, Units, config_from_dict
 from pipeplan.frontier import FrontierRow
 from pipeplan.metrics import Metrics, compute_metrics
-from pipeplan.problem import ConfigError, Op, OpKind, Problem
+from pipeplan.problem import ConfigError, Op, OpKind, Problem, shown
+from pipeplan.reading import RESULT_FILE_BYTES, read_text
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.simulate import Timeline, simulate
+from pipeplan.store import SQLITE_HEADER
 
 # Columns of metrics.csv, in order; list-valued fields are written as space-separated numbers.
 CSV_COLUMNS = (
@@ -109,9 +111,45 @@ def is_unfinished_sweep(path: Path) -> bool:
     return "store.sqlite" in entries and entries <= _STORE_FILES
 
 
+# Every name pipeplan writes at the top of a result folder (solve's, frontier's, size's), a sweep's store included.
+_RESULT_ENTRIES = frozenset({"summary.json", "metrics.csv", "report.html", "schedules", "frontier.csv",
+                             "frontier.html", "frontier.png", "sweep.csv", "best.yaml"}) | _STORE_FILES
+
+
+def foreign_entries(path: Path) -> list[str]:
+    """The entries of the folder ``path`` that pipeplan does not write there (``schedules`` holds only .json
+    files), sorted; at most the first 10,000 looked at."""
+    foreign = [entry.name for _, entry in zip(range(10_000), path.iterdir()) if entry.name not in _RESULT_ENTRIES]
+    schedules = path / "schedules"
+    if schedules.is_dir() and not schedules.is_symlink():
+        foreign += [f"schedules/{entry.name}" for _, entry in zip(range(10_000), schedules.iterdir())
+                    if entry.suffix != ".json" or entry.is_symlink() or not entry.is_file()]
+    elif os.path.lexists(schedules):
+        foreign.append("schedules")
+    return sorted(foreign)
+
+
 def is_result_folder(path: Path) -> bool:
-    """True when ``path`` is a folder holding one of :data:`RESULT_MARKERS` (a folder pipeplan wrote)."""
-    return path.is_dir() and any((path / marker).is_file() for marker in RESULT_MARKERS)
+    """True when ``path`` is a folder pipeplan wrote: it holds one of :data:`RESULT_MARKERS` and nothing
+    pipeplan does not write (a file of one of those names beside a user's own files is not proof)."""
+    return path.is_dir() and _has_marker(path) and not foreign_entries(path)
+
+
+def _has_marker(path: Path) -> bool:
+    """Whether the folder ``path`` holds one of :data:`RESULT_MARKERS` as a regular file (a store as an SQLite
+    file: any file can be named store.sqlite)."""
+    for marker in RESULT_MARKERS:
+        file = path / marker
+        if file.is_file() and not file.is_symlink():
+            if marker != "store.sqlite":
+                return True
+            try:
+                with file.open("rb") as handle:
+                    if handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER:
+                        return True
+            except OSError:
+                pass
+    return False
 
 
 def check_replaceable(out: Path, force: bool) -> None:
@@ -138,6 +176,13 @@ def check_replaceable(out: Path, force: bool) -> None:
 
 
 def _not_ours(out: Path) -> str:
+    if out.is_dir() and _has_marker(out):
+        foreign = foreign_entries(out)
+        if foreign:
+            listed = ", ".join(shown(name, 40, quote=False) for name in foreign[:5])
+            more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            return (f"output folder {str(out)!r} is not a pipeplan result folder: it holds what pipeplan does not "
+                    f"write ({listed}{more}); --force only replaces folders pipeplan wrote, pick a new folder")
     return (f"output folder {str(out)!r} is not a pipeplan result folder (no {' or '.join(RESULT_MARKERS)}); "
             "--force only replaces those, pick a new folder")
 
@@ -400,14 +445,19 @@ class Results:
 
 
 def _read_json(path: Path, folder: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise ConfigError(
-            f"{str(folder)!r} has no {path.relative_to(folder)}; give a folder written by 'pipeplan solve --out'"
-        ) from None
+            f"{str(folder)!r} has no {path.relative_to(folder)}; give a folder written by 'pipeplan solve --out'")
+    text = read_text(path, "result file", RESULT_FILE_BYTES, larger="give a folder written by 'pipeplan solve "
+                     "--out'")
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except (RecursionError, ValueError) as exc:  # nested too deep, or a whole number of thousands of digits
+        reason = str(exc).split(";")[0]  # without Python's advice to raise its limit
+        raise ConfigError(f"{path} cannot be read ({shown(reason, 120, quote=False)}); give a folder written by "
+                          "'pipeplan solve --out'") from None
 
 
 def _timeline_from_record(problem: Problem, name: str, flushes: int, record: Any, path: Path) -> Timeline:

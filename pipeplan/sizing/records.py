@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from pipeplan.problem import ConfigError, np_bool_types
+from pipeplan.reading import SMALL_FILE_BYTES, read_text
 
 
 @functools.cache
@@ -30,12 +31,9 @@ def presets(kind: str) -> dict[str, dict[str, Any]]:
 
 
 def _read_yaml(path: Path, what: str) -> Any:
+    text = read_text(path, f"{what} file", SMALL_FILE_BYTES)
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{what} file {str(path)!r} does not exist; check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {what} file {str(path)!r}: {exc}") from None
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} file {str(path)!r} is not valid YAML: {exc}") from None
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from pipeplan.problem import ConfigError, expect
+from pipeplan.reading import SMALL_FILE_BYTES, read_text
 
 if TYPE_CHECKING:
     from pipeplan.solver import StopRequest
@@ -170,14 +171,7 @@ def _relative(value: object, base: Path | None) -> object:
 def load_study(path: str | os.PathLike[str]) -> Study:
     """Read and validate the study file at ``path``; errors are :class:`ConfigError` naming the key."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"study file {str(file)!r} does not exist; check the path") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{str(file)!r} is a folder, not a study file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read study file {str(file)!r}: {exc}") from None
+    text = read_text(file, "study file", SMALL_FILE_BYTES)
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:

@@ -1,0 +1,49 @@
+"""Reading the text files a user points pipeplan at, with a size limit.
+
+Every file pipeplan reads (configs, studies, model and hardware files, stage profiles, torch CSVs, result
+folders) goes through :func:`read_text`: at most a limit's worth of bytes is read, so a wrong path such as
+``/dev/zero`` or a huge file is refused in a line instead of filling the machine's memory, and every failure is
+a :class:`~pipeplan.problem.ConfigError` that names the file and what to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeplan.problem import ConfigError
+
+# Size limits, bytes. A config, study, model or hardware file or a stage profile is a few KB.
+SMALL_FILE_BYTES = 1_000_000
+# A torch CSV lists every op of a step, a few bytes each: 2,000,000 ops (the most a config may have) take about
+# 16 MB.
+TORCH_CSV_BYTES = 64_000_000
+# A result folder's files hold every op of a step with its times, about 80 bytes each: 2,000,000 ops take about
+# 160 MB.
+RESULT_FILE_BYTES = 400_000_000
+
+
+def read_text(file: Path, what: str, limit: int, missing: str = "check the path",
+              larger: str = "check that this is the right file") -> str:
+    """The UTF-8 text of ``file`` (a byte-order mark dropped), which must hold at most ``limit`` bytes.
+
+    ``what`` names the file in messages (e.g. "study file"); ``missing`` is the advice when it does not exist,
+    ``larger`` when it is over the limit. Raises :class:`ConfigError`.
+    """
+    try:
+        with file.open("rb") as handle:
+            raw = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {str(file)!r} does not exist; {missing}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {str(file)!r} is a folder, not a file; give the file's path") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {str(file)!r} ({exc.strerror or exc}); check the path and its "
+                          "permissions") from None
+    if len(raw) > limit:
+        raise ConfigError(f"{what} {str(file)!r} is larger than {limit} bytes, the limit; {larger}")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{what} {str(file)!r} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
+                          f"{exc.start} (line {line}) is not valid UTF-8; save the file as UTF-8") from None
