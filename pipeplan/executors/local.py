@@ -30,6 +30,11 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+# The most worker processes a local pool may start: more than one a core only shares the cores, and each
+# process takes about 150 MB with OR-Tools loaded (100,000 asked for on 2 cores used to start one per task).
+MAX_JOBS = max(8, 4 * (os.cpu_count() or 1))
+
+
 class LocalExecutor:
     """``jobs`` worker processes (started fresh, "spawn", so no thread or lock of the parent is copied); with one
     job, tasks run one after another in this process. Default: the machine's cores.
@@ -45,6 +50,10 @@ class LocalExecutor:
     def __init__(self, jobs: int | None = None) -> None:
         if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
             raise ConfigError(f"jobs must be a whole number >= 1, got {jobs!r}")
+        if jobs is not None and jobs > MAX_JOBS:
+            raise ConfigError(f"{jobs} local worker processes are too many for this machine ({os.cpu_count()} "
+                              f"cores): ask for at most {MAX_JOBS}, 4 a core (each process takes about 150 MB, and "
+                              "more than one a core only shares it)")
         self.jobs = jobs if jobs is not None else (os.cpu_count() or 1)
         self._pool: ProcessPoolExecutor | None = None
 
