@@ -7,9 +7,21 @@ from typing import Any
 
 import pytest
 
-from pipeplan import ConfigError, NotApplicable, Problem, SolverSettings, formulas, generate, plan, schedule_names
+from pipeplan import (
+    ConfigError,
+    NotApplicable,
+    Problem,
+    SolverSettings,
+    compute_metrics,
+    formulas,
+    generate,
+    plan,
+    schedule_names,
+    simulate,
+)
 from pipeplan import problem as problem_module
 from pipeplan.planner import compare
+from pipeplan.schedules.gpipe import gpipe_with_flush_size
 
 ENTRY_KEYS = {"schedule", "utilization", "bubble", "makespan", "peak_memory", "fits"}
 
@@ -146,6 +158,19 @@ def test_with_chunks_fixed_gpipe_answers_a_budget_nothing_else_fits() -> None:
         assert roomy["chosen"]["schedule"] == "interleaved-1f1b"
     with pytest.raises(ConfigError, match="no schedule fits memory_budget 0.5; the least that fits one is 1 "):
         plan(num_stages=4, total_microbatches=8, memory_budget=0.5, num_chunks=2)
+
+
+def test_a_chosen_gpipe_on_chunks_replays_from_its_record() -> None:
+    """Room for 5 of 16 microbatches: GPipe ran flushes of 5, 5, 5 and 1 while the record said 4 per flush (the
+    flush count's even size); now it runs 4 flushes of 4, which the record reproduces, and is faster."""
+    kwargs: dict[str, Any] = {"forward": [1.09, 1.2, 1.4, 0.54], "backward": 1.7, "comm": 0.05, "activation": 1.62}
+    chosen = plan(4, 16, 8.1, num_chunks=2, **kwargs)["chosen"]
+    assert (chosen["schedule"], chosen["flushes"], chosen["microbatches_per_flush"]) == ("gpipe", 4, 4)
+    problem = Problem.build(num_stages=4, num_microbatches=16, budget=8.1, num_chunks=2, **kwargs)
+    metrics = compute_metrics(simulate(problem, gpipe_with_flush_size(problem, 4)))
+    assert (metrics.makespan, metrics.peak_memory) == (chosen["makespan"], chosen["peak_memory"])
+    uneven = compute_metrics(simulate(problem, gpipe_with_flush_size(problem, 5)))
+    assert uneven.feasible and uneven.makespan > metrics.makespan
 
 
 def test_a_layout_too_large_to_replay_is_skipped_when_the_planner_picked_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,8 @@
 """GPipe: per flush, every forward, then every backward.
 
-Under a budget the microbatches go in the fewest flushes the budget allows; each flush fills and drains the
-pipeline, so a tight budget pays the bubble once per flush.
+Under a budget the microbatches go in the fewest flushes the budget allows, all of one size but the last (the
+least size that needs no more flushes); each flush fills and drains the pipeline, so a tight budget pays the
+bubble once per flush.
 
 Uniform stages, no comm, room for k microbatches: ceil(N / k) flushes, makespan (N + flushes (P-1)) (F+B) and a
 peak of min(k, N) activations on every device (:mod:`pipeplan.formulas`).
@@ -55,7 +56,14 @@ def gpipe_with_flush_size(problem: Problem, per_flush: int, name: str = "gpipe")
     return Schedule.from_lists(name, orders, flushes=len(flushes))
 
 
+def even_per_flush(num_microbatches: int, room: int) -> int:
+    """The flush size that spreads ``num_microbatches`` over the fewest flushes of at most ``room`` each as evenly
+    as whole flushes of one size do: ceil(N / ceil(N / room)). With room for 5 of 16 microbatches, 4 flushes of 4
+    instead of 5, 5, 5 and 1 (whose last flush pays a whole fill and drain for one microbatch)."""
+    return math.ceil(num_microbatches / math.ceil(num_microbatches / room))
+
+
 @register("gpipe")
 def gpipe(problem: Problem) -> Schedule:
-    """GPipe in the fewest flushes that fit the budget."""
-    return gpipe_with_flush_size(problem, max_per_flush(problem))
+    """GPipe in the fewest flushes that fit the budget, of even size (:func:`even_per_flush`)."""
+    return gpipe_with_flush_size(problem, even_per_flush(problem.num_microbatches, max_per_flush(problem)))
