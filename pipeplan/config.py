@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -136,9 +137,9 @@ class _ConfigLoader(yaml.SafeLoader):
         self.num_values += values
         if self.num_values > MAX_CONFIG_VALUES:
             raise ConfigError(
-                f"{_where(mark)}the config holds more than {MAX_CONFIG_VALUES} values (each use of an alias *name "
-                "counts the whole value it stands for); a config needs a few per stage: look for a runaway "
-                "list or alias"
+                f"{_where(mark)}the file holds more than {MAX_CONFIG_VALUES} values (each use of an alias *name "
+                "counts the whole value it stands for); a config or study needs a few per stage: look for a "
+                "runaway list or alias"
             )
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
@@ -155,13 +156,23 @@ class _ConfigLoader(yaml.SafeLoader):
         self.depth += 1
         if self.depth > MAX_CONFIG_DEPTH:
             raise ConfigError(f"{_where(event.start_mark)}values are nested more than {MAX_CONFIG_DEPTH} levels "
-                              "deep; a config needs three (section, key, list): check the brackets")
+                              "deep; a config or study needs three (section, key, list): check the brackets")
         before = self.num_values
         node = super().compose_node(parent, index)
         self.depth -= 1
         self._count(1, event.start_mark)
         self.sizes[id(node)] = self.num_values - before
         return node
+
+    def construct_scalar(self, node: yaml.ScalarNode | yaml.MappingNode) -> Any:
+        value = super().construct_scalar(node)
+        if isinstance(value, str):
+            control = next((c for c in value if c not in "\t\n" and unicodedata.category(c) == "Cc"), None)
+            if control is not None:
+                raise ConfigError(f"{_where(node.start_mark)}the text {shown(value, 60)} holds the control character "
+                                  f"U+{ord(control):04X}; remove it (names and units are printed to terminals, "
+                                  "where it would act)")
+        return value
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -243,11 +254,12 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
     return Config(name=name, problem=problem, solver=solver, units=Units(**units_raw))
 
 
-def load_yaml(text: str) -> Any:
-    """Parse a config's YAML text with bounded work (see :data:`MAX_CONFIG_VALUES`).
+def load_yaml(text: str, hint: str = LAYOUT_HINT) -> Any:
+    """Parse a config's (or a study's, a model's) YAML text with bounded work (see :data:`MAX_CONFIG_VALUES`).
 
     Plain scalars follow YAML 1.1 as PyYAML reads them, except that floats such as ``3e-2`` and ``1e308`` are
-    numbers (as in YAML 1.2); ``<<`` merge keys work. Raises :class:`ConfigError` with the line and the fix.
+    numbers (as in YAML 1.2); ``<<`` merge keys work; texts may not hold control characters but tab and newline.
+    Raises :class:`ConfigError` with the line and the fix; ``hint`` says where the file's layout is described.
     """
     try:
         return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
@@ -255,9 +267,15 @@ def load_yaml(text: str) -> Any:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise ConfigError(f"YAML syntax error at {where}{shown(exc.problem, 200, quote=False)}; fix the file there "
-                          f"({LAYOUT_HINT})") from None
+                          f"({hint})") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow anywhere
+        line = text[:exc.position].count("\n") + 1
+        character = f"U+{exc.character:04X}" if isinstance(exc.character, int) else shown(exc.character)
+        raise ConfigError(f"line {line}: the file holds the character {character}, which YAML does not allow; "
+                          "remove it") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"YAML error: {shown(exc, 200, quote=False)}; fix the file ({LAYOUT_HINT})") from None
+        reason = " ".join(str(exc).split())  # PyYAML's messages span lines
+        raise ConfigError(f"YAML error: {shown(reason, 200, quote=False)}; fix the file ({hint})") from None
     except ConfigError:
         raise
     except ValueError as exc:  # e.g. Python's refusal to read a whole number of more than 4300 digits

@@ -41,7 +41,7 @@ BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-split-without-weight.yaml", "costs.backward_weight must be > 0 on every stage or 0 on every stage"),
     ("bad-solver-objective.yaml", "solver.objective must be one of makespan, stage_span, got 'throughput'"),
     ("bad-list-as-key.yaml", "line 3: a list is used as a key; keys are names such as num_stages"),
-    ("bad-alias-bomb.yaml", "the config holds more than 20000 values (each use of an alias"),
+    ("bad-alias-bomb.yaml", "the file holds more than 20000 values (each use of an alias"),
     ("bad-recursive-alias.yaml", "line 3: alias *f is used inside the value it names; write that value out"),
     ("bad-nested-too-deep.yaml", "line 3: values are nested more than 20 levels deep"),
     ("bad-not-utf8.yaml", "byte 0xe9 at offset 9 (line 1) is not valid UTF-8; save the file as UTF-8"),

@@ -166,6 +166,23 @@ def test_merge_keys_and_aliases_are_read() -> None:
         load_yaml("a: &a {x: 1}\nb: {<<: *a, y: 3, y: 4}\n")
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ('name: "evil\\e[2J\\e[31mRED"\n', "line 1: the text 'evil\\x1b[2J\\x1b[31mRED' holds the control character "
+     "U+001B; remove it"),
+    ('x: 1\nunits: {time: "ms\\e]0;pwned\\a"}\n', "line 2: the text 'ms\\x1b]0;pwned\\x07' holds the control "
+     "character U+001B"),
+    ("x: 1\nname: a\x01b\n", "line 2: the file holds the character U+0001, which YAML does not allow; remove it"),
+    ("name: a\x7fb\n", "line 1: the file holds the character U+007F"),
+], ids=["escape", "title", "raw-control", "delete"])
+def test_control_characters_are_refused_in_one_line(text: str, message: str) -> None:
+    # Escapes reached the terminal as they were (one cleared the screen, one set the window title); a raw control
+    # character gave PyYAML's message over two lines, with a character offset instead of a line.
+    with pytest.raises(ConfigError) as caught:
+        load_yaml(text)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value), str(caught.value)
+    assert load_yaml("a: |\n  one\n  two\nb: \"tab\\there\"\n") == {"a": "one\ntwo\n", "b": "tab\there"}
+
+
 def test_a_huge_value_is_never_rendered_in_full(tmp_path: Path) -> None:
     """Messages show a few items of a bad value: rendering a nested list in full could take gigabytes."""
     inner = "[" + ", ".join(["1"] * 5000) + "]"
@@ -186,7 +203,7 @@ def test_a_huge_value_is_never_rendered_in_full(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("pipeline: {num_stages: 2, num_microbatches: 4}\ncosts:\n  forward: [" + ",".join(["1"] * 400_000) + "]\n",
-         "the config holds more than 20000 values"),
+         "the file holds more than 20000 values"),
         ("x: " + "[" * 10_000 + "]" * 10_000 + "\n", "nested more than 20 levels deep"),
         ("a: &a [1]\nb: *nope\n", "found undefined alias 'nope'"),
         ("? {a: 1}\n: 2\n", "line 1: a mapping is used as a key"),

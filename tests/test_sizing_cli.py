@@ -123,6 +123,8 @@ BAD_STUDIES: list[tuple[str, Any, str]] = [
      "8 GPUs tp8 pp1 dp1 mbs1 v1 selective: out of memory on pipeline device 0"),
     ("empty", "", "the study file is empty"),
     ("yaml-syntax", "model: [llama\n", "YAML syntax error at line"),
+    ("escape-in-name", 'name: "x\\e[2J"\n', "line 1: the text 'x\\x1b[2J' holds the control character U+001B"),
+    ("raw-control", "name: a\x01b\n", "line 1: the file holds the character U+0001, which YAML does not allow"),
     ("top-level-list", "- 1\n- 2\n", "a study file must be a mapping"),
 ]
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from pipeplan.config import load_yaml
 from pipeplan.problem import ConfigError, np_bool_types
 from pipeplan.reading import SMALL_FILE_BYTES, read_text
 
@@ -33,9 +34,9 @@ def presets(kind: str) -> dict[str, dict[str, Any]]:
 def _read_yaml(path: Path, what: str) -> Any:
     text = read_text(path, f"{what} file", SMALL_FILE_BYTES)
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} file {str(path)!r} is not valid YAML: {exc}") from None
+        return load_yaml(text, hint=f"'pipeplan presets STUDY' shows every {what} field")
+    except ConfigError as exc:
+        raise ConfigError(f"{what} file {str(path)!r}: {exc}") from None
 
 
 def resolve(value: object, kind: str, what: str) -> tuple[str, dict[str, Any]]:

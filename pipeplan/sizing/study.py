@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from pipeplan.config import load_yaml
 from pipeplan.problem import ConfigError, expect
 from pipeplan.reading import SMALL_FILE_BYTES, read_text
 
@@ -168,20 +167,17 @@ def _relative(value: object, base: Path | None) -> object:
     return value
 
 
+# Where a study's layout is shown.
+STUDY_HINT = "start from models/size-llama3.1-70b.yaml (the layout is in the README, 'pipeplan size')"
+
+
 def load_study(path: str | os.PathLike[str]) -> Study:
     """Read and validate the study file at ``path``; errors are :class:`ConfigError` naming the key."""
     file = Path(path)
     text = read_text(file, "study file", SMALL_FILE_BYTES)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ConfigError(f"YAML syntax error at {where}{exc.problem}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"YAML error: {exc}") from None
+    data = load_yaml(text, hint=STUDY_HINT)
     if data is None:
-        raise ConfigError("the study file is empty; start from models/size-llama3.1-70b.yaml")
+        raise ConfigError(f"the study file is empty; {STUDY_HINT}")
     return study_from_dict(data, default_name=file.stem, base=file.parent)
 
 
