@@ -737,7 +737,9 @@ def parse_budgets(text: str) -> list[float]:
     count = int(math.floor((high - low) / step + 1e-9)) + 1
     if count > MAX_BUDGETS:
         raise ConfigError(f"--budgets {text!r} gives {count} budgets; at most {MAX_BUDGETS}: raise STEP")
-    return [round(low + i * step, 9) for i in range(count)]
+    # 12 significant digits drop the float noise of the sum (0.1 + 0.2) at any scale; rounding to 9 decimals
+    # turned budgets in units of 1e-10 into others, or into 0.
+    return [float(f"{low + i * step:.12g}") for i in range(count)]
 
 
 # The most budgets one sweep may run (each is a full solve): catches a STEP typo such as 0.001.

@@ -322,6 +322,10 @@ def test_budget_ranges_include_both_ends() -> None:
     assert parse_budgets("4:16:4") == [4.0, 8.0, 12.0, 16.0]
     assert parse_budgets("1:2:0.1")[-1] == 2.0 and len(parse_budgets("1:2:0.1")) == 11
     assert parse_budgets("3:4:2") == [3.0]
+    # At any scale: rounding to 9 decimals ran 1e-9 and 2e-9 for the first, and made the second's first budget 0.
+    assert parse_budgets("1.2e-9:2e-9:4e-10") == [1.2e-9, 1.6e-9, 2e-9]
+    assert parse_budgets("4e-10:1.6e-9:4e-10") == [4e-10, 8e-10, 1.2e-9, 1.6e-9]
+    assert parse_budgets("0.1:0.7:0.1") == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
 
 
 def test_solve_out_writes_the_contract_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
