@@ -7,6 +7,7 @@ writing (its report rendering made to wait, so the kill always lands mid-write).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import pytest
 from bad_configs import CONFIGS
 
 import pipeplan.cli
+import pipeplan.report.files
 import pipeplan.report.html
 from pipeplan import ConfigError
 from pipeplan.cli import USER_ERROR, main
@@ -306,3 +308,18 @@ def test_force_never_replaces_a_folder_holding_what_pipeplan_does_not_write(
     assert code == USER_ERROR and message in err and err.count("\n") == 1, err
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
     assert names(tmp_path) == ["proj"]
+
+
+def test_a_full_disk_while_writing_names_the_folder_and_the_fix(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The message was only "[Errno 28] No space left on device". (The write fails here by a stand-in: filling a
+    # real disk needs a mount.)
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pipeplan.report.files, "metrics_frame", full)
+    out = tmp_path / "run"
+    code, _, err = run(capsys, *SOLVE, "--out", str(out))
+    assert code == USER_ERROR and err.count("\n") == 1, err
+    assert f"cannot write {str(out)!r} (No space left on device); nothing was written: free some space" in err
+    assert names(tmp_path) == []

@@ -373,13 +373,23 @@ def write_folder(out: Path, force: bool, fill: Callable[[Path], None]) -> None:
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
         try:
             staging.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the result is an ordinary folder
-            fill(staging)
+            try:
+                fill(staging)
+            except OSError as exc:
+                raise ConfigError(_cannot_write(out, exc)) from None
             guard.holding = True  # from here on a signal waits until the folder is in place or cleaned up
             _publish(staging, out, force)
         except BaseException:
             guard.holding = True
             shutil.rmtree(staging, ignore_errors=True)
             raise
+
+
+def _cannot_write(target: Path, exc: OSError) -> str:
+    """The message for an error while writing ``target``'s contents (nothing is left behind)."""
+    fix = ("free some space or write to another disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+           else "pick a place you can write to")
+    return f"cannot write {str(target)!r} ({exc.strerror or exc}); nothing was written: {fix}"
 
 
 def write_results(out: Path, summary: dict[str, Any], timelines: dict[str, Timeline], force: bool = False,
@@ -702,8 +712,11 @@ def write_file(path: Path, text: str, force: bool = False) -> None:
                               "pick a file in a folder you can write to") from None
         try:
             os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; the result is an ordinary file
-            with os.fdopen(handle, "w", encoding="utf-8") as file:
-                file.write(text)
+            try:
+                with os.fdopen(handle, "w", encoding="utf-8") as file:
+                    file.write(text)
+            except OSError as exc:
+                raise ConfigError(_cannot_write(path, exc)) from None
             guard.holding = True
             os.replace(temporary, path)
         except BaseException:
