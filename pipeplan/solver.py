@@ -1000,10 +1000,14 @@ def _check_budget(problem: Problem) -> None:
     need = minimum_budget(problem)
     if budget is not None and any(b < n * (1 - _EPS) for b, n in zip(budget, need)):
         worst = max(range(problem.num_devices), key=lambda d: need[d] - budget[d])
+        if len(set(budget)) == 1:  # one budget for every device: it must hold the most any device needs
+            fix = f"raise memory.budget to at least {max(need):g}"
+        else:  # a budget per device: each one short of its own device's need
+            short = [d for d in range(problem.num_devices) if budget[d] < need[d] * (1 - _EPS)]
+            fix = "raise memory.budget " + ", ".join(f"on device {d} to at least {need[d]:g}" for d in short)
         raise InfeasibleBudget(
             f"memory.budget {budget[worst]:g} on device {worst} admits no schedule: one microbatch holds "
-            f"{need[worst]:g} there across its {problem.num_chunks} chunks; raise memory.budget to at least "
-            f"{max(need):g}"
+            f"{need[worst]:g} there across its {problem.num_chunks} chunks; {fix}"
         )
 
 

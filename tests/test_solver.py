@@ -487,6 +487,11 @@ def test_per_device_budget_below_its_chunks_names_the_device() -> None:
         num_stages=2, num_microbatches=2, num_chunks=2, placement="v", activation=2.0, budget=[2, 1.5])
     with pytest.raises(InfeasibleBudget, match="device 1.*at least 2"):
         solve(problem, time_limit_s=2, num_workers=1)
+    # Each device's own need, not the largest of all (it said "at least 6" for device 0, which needs 4).
+    uneven = Problem.build(num_stages=2, num_microbatches=4, num_chunks=2, activation=[1, 2, 3, 4],
+                           budget=[3.999, 6])
+    with pytest.raises(InfeasibleBudget, match="raise memory.budget on device 0 to at least 4$"):
+        solve(uneven, time_limit_s=2, num_workers=1)
 
 
 def test_time_limit_returns_the_best_schedule_so_far() -> None:
