@@ -46,7 +46,7 @@ from pipeplan.bounds import (
 )
 from pipeplan.config import SolverSettings
 from pipeplan.metrics import Metrics, compute_metrics
-from pipeplan.problem import A_PROBLEM, ConfigError, Op, OpKind, Problem, expect
+from pipeplan.problem import A_PROBLEM, MAX_TOTAL, ConfigError, Op, OpKind, Problem, expect
 from pipeplan.schedule import A_SCHEDULE, Schedule, ScheduleError
 from pipeplan.schedules import controllable, interleaved_zb
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
@@ -64,8 +64,10 @@ log = logging.getLogger(__name__)
 _MAX_SCALE_EXPONENT = 6
 # The largest power of ten used as a scale: ticks are floats, and 10**308 is near the largest a float holds.
 _MAX_FLOAT_EXPONENT = 300
-# The largest tick count any sum in the model may reach; problems are validated to stay far below it.
-_MAX_TICKS = 2**53
+# The largest tick count any sum in the model may reach: what a problem may total (the ticked problem is a
+# problem too, validated as one), below the integers a float holds exactly (2**53). A scale that would pass it
+# is not used: costs then round (a relaxation) instead of the solve being refused for a total the config never had.
+_MAX_TICKS = min(2**53, MAX_TOTAL)
 _EPS = 1e-9
 
 
@@ -267,7 +269,7 @@ def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
     """The smallest power of ten that makes every value a whole number of ticks (up to float noise), and whether
     one does that resolves a millionth of the largest value (values of 1e-9 need 10**9 ticks per unit to be
     whole: times and memory may be in any unit); never so large that ``total`` (the largest sum the model forms)
-    leaves the integers a float holds exactly (2**53)."""
+    passes :data:`_MAX_TICKS`."""
     positive = [abs(v) for v in values if v != 0]
     # Tried from the power at which the largest value is at least a tenth of a tick (the unit's 10**0 for values
     # from 0.1 up): no power below it makes that value a whole number of ticks.

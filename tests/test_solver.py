@@ -641,3 +641,13 @@ def test_device_relaxations_skip_two_chunks_in_loop_placement_on_many_devices(
     check_result(problem, result, "makespan")
     assert result.status != OPTIMAL  # otherwise no bound phase runs and the test shows nothing
     assert bool(calls) == relaxed
+
+
+def test_costs_whose_exact_ticks_would_pass_the_size_limit_are_rounded_not_refused() -> None:
+    # 0.5 next to 2.5e13: whole ticks need 10 a unit, and the step's 2e14 would be 2e15 ticks, above the limit a
+    # problem may total (1e15). The solve was refused for that total, which the config never had; now the scale
+    # stays within it and the costs round (a relaxation), and the replay decides the answer.
+    problem = Problem.build(num_stages=2, num_microbatches=4, forward=0.5, backward=2.5e13)
+    result = solve(problem, time_limit_s=2, num_workers=1)
+    check_result(problem, result, "makespan")
+    assert result.metrics.makespan == pytest.approx(5 * (0.5 + 2.5e13), rel=1e-12)
