@@ -282,16 +282,22 @@ def compare(
     best = min(entry[0] for entry in feasible)
     tied = [entry for entry in feasible if entry[0] <= best * (1 + _TIE) + _TIE]
     chosen = min(tied, key=lambda entry: entry[1:])[-1]
-    others = better_on_other_layouts(problem, settings.objective, best)
+    others = better_on_other_layouts(problem, settings.objective, best, stop)
     return Comparison(problem, settings.objective, named, optimal, skipped, chosen, others)
 
 
-def better_on_other_layouts(problem: Problem, objective: str, value: float) -> list[dict[str, Any]]:
-    """Named schedules on the other layouts of :data:`LAYOUTS` that fit the budget and beat ``value``."""
+def better_on_other_layouts(problem: Problem, objective: str, value: float,
+                            stop: StopRequest | None = None) -> list[dict[str, Any]]:
+    """Named schedules on the other layouts of :data:`LAYOUTS` that fit the budget and beat ``value``; the layouts
+    not replayed yet are left out once ``stop`` is requested (their replays take a minute at the size limit)."""
     found = []
     for chunks, placement in LAYOUTS:
         if (chunks, placement) == (problem.num_chunks, problem.placement):
             continue
+        if stop is not None and stop.requested:
+            log.info("stop requested: named schedules on the other layouts from %s x %s on not replayed", chunks,
+                     placement)
+            break
         try:
             other = problem.with_layout(chunks, placement)
         except ConfigError as exc:

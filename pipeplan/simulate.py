@@ -54,8 +54,9 @@ class _Replay:
         for i, number in enumerate(numbers):
             index[number] = i
         # deps[i]: (index of an op that must end first, latency after its end) for op i.
+        dependency, lag = problem.numbered_dependency
         self.deps: list[list[tuple[int, float]]] = [
-            [(index[dep], lag) for dep, lag in problem.numbered_dependencies[number]] for number in numbers
+            [(index[dependency[number]], lag[number])] if dependency[number] >= 0 else [] for number in numbers
         ]
         offsets = [0]
         for order in schedule.orders:

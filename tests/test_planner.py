@@ -22,6 +22,7 @@ from pipeplan import (
 from pipeplan import problem as problem_module
 from pipeplan.planner import compare
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
+from pipeplan.solver import StopRequest
 
 ENTRY_KEYS = {"schedule", "utilization", "bubble", "makespan", "peak_memory", "fits"}
 
@@ -216,6 +217,12 @@ def test_compare_points_at_a_better_layout() -> None:
     assert ("zb-v", "v") in best and ("interleaved-zb", "loop") in best
     assert others[0]["makespan"] < chosen and others[0]["peak_memory"] <= 4
     assert [r["makespan"] for r in others] == sorted(r["makespan"] for r in others)
+    # Once a stop is requested the other layouts are not replayed (at the size limit that took a minute after a
+    # Ctrl-C); the answer on the config's own layout still comes back.
+    stop = StopRequest()
+    stop.request()
+    stopped = compare(problem, SolverSettings(time_limit_s=5, num_workers=1), stop=stop)
+    assert stopped.summary("t")["other_layouts"] == [] and stopped.optimal.metrics.feasible
 
 
 @pytest.mark.parametrize(("keywords", "message"), [

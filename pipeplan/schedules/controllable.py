@@ -165,7 +165,8 @@ class _Grid:
     def _earliest(self, op: Op) -> int:
         """The first slot after every dependency of ``op`` and after the same op of the previous microbatch."""
         number, slot = self.problem.op_number(op), self.slot_by_number
-        earliest = max((slot[dep] + 1 for dep, _ in self.problem.numbered_dependencies[number]), default=0)
+        dependency = self.problem.numbered_dependency[0][number]
+        earliest = slot[dependency] + 1 if dependency >= 0 else 0
         if op.microbatch > 0:  # numbers run microbatch by microbatch within a kind and stage
             earliest = max(earliest, slot[number - 1] + 1)
         return earliest
