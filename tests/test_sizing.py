@@ -15,6 +15,7 @@ from invariants import assert_valid
 
 from pipeplan import NotApplicable, compute_metrics, generate, schedule_names, simulate
 from pipeplan.problem import ConfigError
+from pipeplan.report.sizing import gain_sentence
 from pipeplan.sizing import costs, estimate, load_hardware, load_model, memory, sweep
 from pipeplan.sizing.build import balanced_split, build_problem
 from pipeplan.sizing.hardware import GIB
@@ -545,3 +546,15 @@ def test_korthikanti_175b_and_530b_run_the_papers_interleaved_schedule() -> None
         interleaved = run.name.startswith(("175B", "530B"))
         assert run.settings["schedule"] == ("interleaved-1f1b" if interleaved else "1f1b"), run.name
         assert run.settings["num_chunks"] == (3 if interleaved else 1), run.name
+
+
+def test_the_gain_sentence_says_why_the_optimizer_can_be_slower_than_1f1b() -> None:
+    # A tiny model printed "333,309 tokens/s against 1F1B's 499,944 (-33.3%; optimizer OPTIMAL)" and no more: the
+    # optimizer's plan splits the backward, which costs more than it gains there.
+    baseline = {"tokens_per_s": 499_944.0, "fits": True}
+    faster = {"tokens_per_s": 520_000.0, "fits": True, "status": "OPTIMAL", "gap": 0.0}
+    slower = {**faster, "tokens_per_s": 333_309.0}
+    assert "slower" not in gain_sentence("x", baseline, faster)
+    sentence = gain_sentence("x", baseline, slower)
+    assert "(-33.3%; optimizer OPTIMAL, gap 0.0%; slower: the optimizer's plan splits the backward" in sentence
+    assert "1F1B is the better plan here" in sentence
