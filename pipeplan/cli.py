@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import decimal
 import json
 import logging
 import math
@@ -729,17 +730,21 @@ def parse_budgets(text: str) -> list[float]:
     if len(parts) != 3:
         raise ConfigError(f"--budgets {text!r} is not A:B:STEP; {hint}")
     try:
-        low, high, step = (float(part) for part in parts)
-    except ValueError:
+        # Decimal: A + i STEP exactly as written, at any scale (floats made 0.1 + 0.2 a budget of its own, and
+        # rounding them turned budgets in units of 1e-10, or of 13 digits, into others)
+        low, high, step = (decimal.Decimal(part.strip()) for part in parts)
+    except decimal.InvalidOperation:
         raise ConfigError(f"--budgets {text!r} has a part that is not a number; {hint}") from None
-    if not all(math.isfinite(v) for v in (low, high, step)) or low <= 0 or step <= 0 or high < low:
+    if not all(v.is_finite() for v in (low, high, step)) or low <= 0 or step <= 0 or high < low:
         raise ConfigError(f"--budgets {text!r} needs 0 < A <= B and STEP > 0; {hint}")
-    count = int(math.floor((high - low) / step + 1e-9)) + 1
-    if count > MAX_BUDGETS:
+    ratio = (high - low) / step
+    if ratio >= MAX_BUDGETS:  # before the exact count, which could have more digits than Decimal holds
+        count = f"{int(ratio) + 1}" if ratio < 10**9 else f"about {ratio:.3g}"
         raise ConfigError(f"--budgets {text!r} gives {count} budgets; at most {MAX_BUDGETS}: raise STEP")
-    # 12 significant digits drop the float noise of the sum (0.1 + 0.2) at any scale; rounding to 9 decimals
-    # turned budgets in units of 1e-10 into others, or into 0.
-    return [float(f"{low + i * step:.12g}") for i in range(count)]
+    budgets = [float(low + i * step) for i in range(int((high - low) // step) + 1)]
+    if budgets[0] <= 0 or not math.isfinite(budgets[-1]):
+        raise ConfigError(f"--budgets {text!r} is beyond what a float holds; give budgets in another unit")
+    return budgets
 
 
 # The most budgets one sweep may run (each is a full solve): catches a STEP typo such as 0.001.

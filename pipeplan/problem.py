@@ -14,7 +14,7 @@ import reprlib
 import sys
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Literal
 
@@ -373,6 +373,11 @@ class Problem:
                 )
 
     # Derived facts, computed once per problem (a frozen dataclass without slots keeps them in its __dict__).
+
+    def __getstate__(self) -> dict[str, object]:
+        """For pickling (a problem sent to a worker process): the fields only. The facts derived from them are
+        computed again where they are needed; a large problem's dependency table is megabytes."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @cached_property
     def split_backward(self) -> bool:

@@ -6,6 +6,7 @@ runtime such as ``torch.distributed.pipelining`` runs each rank's list as soon a
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,6 +68,9 @@ def check_complete(problem: Problem, schedule: Schedule) -> None:
                 raise ScheduleError(f"schedule {schedule.name!r} holds {shown(op, 40)} at position {position} of "
                                     f"device {device}, not an Op; make ops with problem.op(OpKind.F, stage, "
                                     "microbatch)")
+            if not (isinstance(op.stage, numbers.Integral) and isinstance(op.microbatch, numbers.Integral)):
+                raise ScheduleError(f"schedule {schedule.name!r} has op {op.label}, whose stage and microbatch must "
+                                    f"be ints (got {type(op.stage).__name__} and {type(op.microbatch).__name__})")
             if not (0 <= op.stage < problem.num_model_stages and 0 <= op.microbatch < problem.num_microbatches):
                 raise ScheduleError(f"schedule {schedule.name!r} has op {op.label}, which is not in the problem")
             if op.kind not in valid_kinds:
@@ -83,14 +87,10 @@ def check_complete(problem: Problem, schedule: Schedule) -> None:
                     f"schedule {schedule.name!r} runs {op.label} on device {device}, but stage {op.stage} lives "
                     f"on device {device_of[op.stage]}"
                 )
-            try:
-                n = number(op)
-                if seen[n]:
-                    repeated.append(op.label)
-                seen[n] = 1
-            except TypeError:  # e.g. a microbatch of 1.5, which the range check lets through
-                raise ScheduleError(f"schedule {schedule.name!r} has op {op.label}, whose stage or microbatch is "
-                                    "not a whole number") from None
+            n = number(op)
+            if seen[n]:
+                repeated.append(op.label)
+            seen[n] = 1
     if repeated:
         repeated = sorted(set(repeated))
         raise ScheduleError(f"schedule {schedule.name!r} repeats ops: {', '.join(repeated[:10])}")

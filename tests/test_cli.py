@@ -20,7 +20,7 @@ from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS, UNSOLVABLE_CONFIGS
 
 import pipeplan.cli
 import pipeplan.report.html
-from pipeplan import __version__, formulas, schedule_names
+from pipeplan import ConfigError, __version__, formulas, schedule_names
 from pipeplan.cli import INTERNAL_ERROR, USER_ERROR, cli, format_progress, format_sweep, main, parse_budgets
 from pipeplan.frontier import SweepProgress
 from pipeplan.solver import Progress
@@ -322,10 +322,15 @@ def test_budget_ranges_include_both_ends() -> None:
     assert parse_budgets("4:16:4") == [4.0, 8.0, 12.0, 16.0]
     assert parse_budgets("1:2:0.1")[-1] == 2.0 and len(parse_budgets("1:2:0.1")) == 11
     assert parse_budgets("3:4:2") == [3.0]
-    # At any scale: rounding to 9 decimals ran 1e-9 and 2e-9 for the first, and made the second's first budget 0.
+    # At any scale, as written: rounding to 9 decimals ran 1e-9 and 2e-9 for the first, and made the second's first
+    # budget 0.
     assert parse_budgets("1.2e-9:2e-9:4e-10") == [1.2e-9, 1.6e-9, 2e-9]
     assert parse_budgets("4e-10:1.6e-9:4e-10") == [4e-10, 8e-10, 1.2e-9, 1.6e-9]
     assert parse_budgets("0.1:0.7:0.1") == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    assert parse_budgets("1000000000001:1000000000004:1") == [1000000000001.0, 1000000000002.0, 1000000000003.0,
+                                                               1000000000004.0]  # 13 digits kept
+    with pytest.raises(ConfigError, match="gives about 1.00e[+]600 budgets; at most 500"):
+        parse_budgets("1:1e300:1e-300")
 
 
 def test_solve_out_writes_the_contract_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -323,3 +323,18 @@ def test_a_full_disk_while_writing_names_the_folder_and_the_fix(capsys: pytest.C
     assert code == USER_ERROR and err.count("\n") == 1, err
     assert f"cannot write {str(out)!r} (No space left on device); nothing was written: free some space" in err
     assert names(tmp_path) == []
+
+
+def test_force_replaces_a_result_folder_holding_what_pipeplan_writes_into_it(capsys: pytest.CaptureFixture[str],
+                                                                            tmp_path: Path) -> None:
+    # Its torch exports (pipeplan export DIR writes DIR/NAME.torch.csv) and the temporary file of a write into it
+    # that was killed are pipeplan's own.
+    out = tmp_path / "run"
+    assert main([*SOLVE, "--out", str(out)]) == 0
+    assert main(["export", str(out)]) == 0
+    (out / ".report.html.x1y2z3").write_text("half", encoding="utf-8")
+    assert any(name.endswith(".torch.csv") for name in names(out))
+    capsys.readouterr()
+    code, _, err = run(capsys, *SOLVE, "--out", str(out), "--force")
+    assert code == 0, err
+    assert not any(name.endswith(".torch.csv") or name.startswith(".") for name in names(out))

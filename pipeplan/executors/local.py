@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -12,6 +13,8 @@ from typing import Any
 
 from pipeplan.executors import ShouldStop, TaskResult, call, describe
 from pipeplan.problem import ConfigError
+
+log = logging.getLogger(__name__)
 
 # How often (s) a wait for the next result looks at ``should_stop``.
 _POLL_S = 0.1
@@ -51,9 +54,10 @@ class LocalExecutor:
         if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
             raise ConfigError(f"jobs must be a whole number >= 1, got {jobs!r}")
         if jobs is not None and jobs > MAX_JOBS:
-            raise ConfigError(f"{jobs} local worker processes are too many for this machine ({os.cpu_count()} "
-                              f"cores): ask for at most {MAX_JOBS}, 4 a core (each process takes about 150 MB, and "
-                              "more than one a core only shares it)")
+            log.warning("%d local worker processes asked for, %d started: at most 4 a core on this machine (%s cores; "
+                        "each process takes about 150 MB, and more than one a core only shares it)", jobs, MAX_JOBS,
+                        os.cpu_count())
+            jobs = MAX_JOBS
         self.jobs = jobs if jobs is not None else (os.cpu_count() or 1)
         self._pool: ProcessPoolExecutor | None = None
 

@@ -116,10 +116,19 @@ _RESULT_ENTRIES = frozenset({"summary.json", "metrics.csv", "report.html", "sche
                              "frontier.html", "frontier.png", "sweep.csv", "best.yaml"}) | _STORE_FILES
 
 
+def _ours(name: str) -> bool:
+    """Whether pipeplan writes an entry called ``name`` at the top of a result folder: one of
+    :data:`_RESULT_ENTRIES`, a torch CSV ``pipeplan export`` wrote there, or the temporary file of a write into it
+    that was killed (``.report.html.XXXX``)."""
+    if name in _RESULT_ENTRIES or name.endswith(".torch.csv"):
+        return True
+    return name.startswith(".") and any(name.startswith(f".{entry}.") for entry in _RESULT_ENTRIES)
+
+
 def foreign_entries(path: Path) -> list[str]:
     """The entries of the folder ``path`` that pipeplan does not write there (``schedules`` holds only .json
     files), sorted; at most the first 10,000 looked at."""
-    foreign = [entry.name for _, entry in zip(range(10_000), path.iterdir()) if entry.name not in _RESULT_ENTRIES]
+    foreign = [entry.name for _, entry in zip(range(10_000), path.iterdir()) if not _ours(entry.name)]
     schedules = path / "schedules"
     if schedules.is_dir() and not schedules.is_symlink():
         foreign += [f"schedules/{entry.name}" for _, entry in zip(range(10_000), schedules.iterdir())

@@ -5,7 +5,8 @@ least size that needs no more flushes); each flush fills and drains the pipeline
 bubble once per flush.
 
 Uniform stages, no comm, room for k microbatches: ceil(N / k) flushes, makespan (N + flushes (P-1)) (F+B) and a
-peak of min(k, N) activations on every device (:mod:`pipeplan.formulas`).
+peak of ceil(N / flushes) activations on every device (:mod:`pipeplan.formulas` gives it for flushes of at most k:
+min(k, N)).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def gpipe_with_flush_size(problem: Problem, per_flush: int, name: str = "gpipe")
 def even_per_flush(num_microbatches: int, room: int) -> int:
     """The flush size that spreads ``num_microbatches`` over the fewest flushes of at most ``room`` each as evenly
     as whole flushes of one size do: ceil(N / ceil(N / room)). With room for 5 of 16 microbatches, 4 flushes of 4
-    instead of 5, 5, 5 and 1 (whose last flush pays a whole fill and drain for one microbatch)."""
+    instead of 5, 5, 5 and 1: the same makespan on uniform stages and less peak memory; with uneven stages the
+    times differ (on 4 uneven stages with 2 chunks, 67.46 against 71.03: a test in tests/test_planner.py)."""
     return math.ceil(num_microbatches / math.ceil(num_microbatches / room))
 
 
