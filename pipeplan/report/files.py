@@ -396,7 +396,7 @@ def write_folder(out: Path, force: bool, fill: Callable[[Path], None]) -> None:
 
 def _cannot_write(target: Path, exc: OSError) -> str:
     """The message for an error while writing ``target``'s contents (nothing is left behind)."""
-    fix = ("free some space or write to another disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    fix = ("free some space or write to another disk" if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", 0))
            else "pick a place you can write to")
     return f"cannot write {str(target)!r} ({exc.strerror or exc}); nothing was written: {fix}"
 
