@@ -47,6 +47,11 @@ class Schedule:
 A_SCHEDULE = "a pipeplan.Schedule (generate(name, problem), solve(problem).schedule, or Schedule.from_lists)"
 
 
+def _is_int(value: object) -> bool:
+    """Whether ``value`` is a whole-number type (an int first: the abstract check costs a second a million ops)."""
+    return type(value) is int or isinstance(value, numbers.Integral)
+
+
 def check_complete(problem: Problem, schedule: Schedule) -> None:
     """Raise :class:`ScheduleError` unless every op of ``problem`` appears exactly once, on its own device."""
     expect("problem", problem, Problem, A_PROBLEM)
@@ -68,7 +73,7 @@ def check_complete(problem: Problem, schedule: Schedule) -> None:
                 raise ScheduleError(f"schedule {schedule.name!r} holds {shown(op, 40)} at position {position} of "
                                     f"device {device}, not an Op; make ops with problem.op(OpKind.F, stage, "
                                     "microbatch)")
-            if not (isinstance(op.stage, numbers.Integral) and isinstance(op.microbatch, numbers.Integral)):
+            if not (_is_int(op.stage) and _is_int(op.microbatch)):
                 raise ScheduleError(f"schedule {schedule.name!r} has op {op.label}, whose stage and microbatch must "
                                     f"be ints (got {type(op.stage).__name__} and {type(op.microbatch).__name__})")
             if not (0 <= op.stage < problem.num_model_stages and 0 <= op.microbatch < problem.num_microbatches):

@@ -383,12 +383,12 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
     """Every feasible heuristic schedule (and every feasible ``extra`` one), replayed on ``problem``, best
     objective first; named schedules win ties.
 
-    The named schedules, GPipe one microbatch at a time (which fits any budget that admits a schedule) and the
-    ``extra`` ones always run; the greedy list schedulers, interleaved zero bubble with smaller groups
-    (:func:`~pipeplan.schedules.interleaved_zb.smaller_groups`), the periodic pattern (:mod:`pipeplan.periodic`),
-    V-Min and V-Half fitted to the budget (:func:`~pipeplan.schedules.controllable.fitted`) and the lattice
-    (:mod:`pipeplan.lattice`, for at most :data:`LATTICE_SHARE` of the time left, its patterns for at most
-    :data:`PATTERN_SHARE`) only while
+    The named schedules (unless a stop was requested before the call), GPipe one microbatch at a time (which fits
+    any budget that admits a schedule) and the ``extra`` ones always run; the greedy list schedulers, interleaved
+    zero bubble with smaller groups (:func:`~pipeplan.schedules.interleaved_zb.smaller_groups`), the periodic
+    pattern (:mod:`pipeplan.periodic`), V-Min and V-Half fitted to the budget
+    (:func:`~pipeplan.schedules.controllable.fitted`) and the lattice (:mod:`pipeplan.lattice`, for at most
+    :data:`LATTICE_SHARE` of the time left, its patterns for at most :data:`PATTERN_SHARE`) only while
     ``time.monotonic()`` is before ``deadline`` and no stop is requested. ``ticked`` is the problem in ticks
     (:func:`tick_problem`), computed when None. ``bound`` is a proven lower bound on the objective: when a warm
     start before the lattice already meets it, the lattice, the costliest, is skipped.
@@ -396,7 +396,11 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
     def stopped() -> bool:
         return stop is not None and stop.requested
 
-    found: list[tuple[Schedule, bool]] = [(s, True) for s in schedules.generate_applicable(problem)[0]]
+    # Once a stop is requested (a Ctrl-C before the search), GPipe one microbatch at a time alone: it fits any
+    # budget that admits a schedule, and the named schedules take a minute to build and replay at the size limit.
+    # (A caller comparing with the named schedules, as ``pipeplan solve`` does, has them replayed already.)
+    found: list[tuple[Schedule, bool]] = [] if stopped() else [
+        (s, True) for s in schedules.generate_applicable(problem)[0]]
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
     found.extend((schedule, False) for schedule in extra)
     for rule in rules_for(problem):

@@ -30,13 +30,14 @@ from pipeplan import (
     cpsat,
     lattice,
     load_config,
+    schedule_names,
     simulate,
 )
 from pipeplan import solver as solver_module
 from pipeplan.bounds import makespan_lower_bound
 from pipeplan.schedules import generate_applicable
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
-from pipeplan.solver import FEASIBLE, OPTIMAL, InfeasibleBudget, Progress, SolveResult, solve
+from pipeplan.solver import FEASIBLE, OPTIMAL, InfeasibleBudget, Progress, SolveResult, StopRequest, solve, warm_starts
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "models" / "seed-8x64.yaml"
@@ -651,3 +652,14 @@ def test_costs_whose_exact_ticks_would_pass_the_size_limit_are_rounded_not_refus
     result = solve(problem, time_limit_s=2, num_workers=1)
     check_result(problem, result, "makespan")
     assert result.metrics.makespan == pytest.approx(5 * (0.5 + 2.5e13), rel=1e-12)
+
+
+def test_a_stop_before_the_warm_starts_leaves_out_the_named_schedules() -> None:
+    # A Ctrl-C before the search: building and replaying every named schedule took a minute at the size limit;
+    # GPipe one microbatch at a time still gives an answer within any budget that admits one.
+    problem = Problem.build(**dict(FAMILY_4X8, budget=2))
+    stop = StopRequest()
+    stop.request()
+    found = [c.schedule.name for c in warm_starts(problem, "makespan", stop=stop)]
+    assert "gpipe-1" in found and not set(found) & set(schedule_names())
+    assert {"gpipe", "1f1b"} <= {c.schedule.name for c in warm_starts(problem, "makespan")}
