@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
-from pipeplan.problem import ConfigError, Problem, expect, shown
+from pipeplan.problem import ConfigError, Problem, expect, python_reason, shown
 from pipeplan.reading import SMALL_FILE_BYTES, read_text
 
 Objective = Literal["makespan", "stage_span"]
@@ -279,8 +279,7 @@ def load_yaml(text: str, hint: str = LAYOUT_HINT) -> Any:
     except ConfigError:
         raise
     except ValueError as exc:  # e.g. Python's refusal to read a whole number of more than 4300 digits
-        reason = str(exc).split(";")[0]  # without Python's advice to raise its limit
-        raise ConfigError(f"a value in the file cannot be read ({shown(reason, 160, quote=False)}); fix the file "
+        raise ConfigError(f"a value in the file cannot be read ({python_reason(exc)}); fix the file "
                           "(a config's numbers are small)") from None
 
 

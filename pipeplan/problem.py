@@ -63,6 +63,12 @@ def expect(name: str, value: object, kind: type | tuple[type, ...], what: str,
 A_PROBLEM = "a pipeplan.Problem (Problem.build(...), or load_config(path).problem)"
 
 
+def python_reason(exc: BaseException, limit: int = 160) -> str:
+    """Python's own reason for refusing a value (a whole number of more than 4300 digits, nesting too deep) for a
+    message, without its advice to raise its limit, at most ``limit`` characters."""
+    return shown(str(exc).split(";")[0], limit, quote=False)
+
+
 def shown(value: object, limit: int = 80, quote: bool = True) -> str:
     """``value`` for an error message: its repr (a text's or an error's text without ``quote``), at most ``limit``
     characters.

@@ -33,7 +33,7 @@ from pipeplan.bounds import prove
 from pipeplan.config import Config, SolverSettings, Units, config_from_dict
 from pipeplan.frontier import FrontierRow
 from pipeplan.metrics import Metrics, compute_metrics
-from pipeplan.problem import ConfigError, Op, OpKind, Problem, shown
+from pipeplan.problem import ConfigError, Op, OpKind, Problem, python_reason, shown
 from pipeplan.reading import RESULT_FILE_BYTES, read_text
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.simulate import Timeline, simulate
@@ -474,8 +474,7 @@ def _read_json(path: Path, folder: Path) -> Any:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (RecursionError, ValueError) as exc:  # nested too deep, or a whole number of thousands of digits
-        reason = str(exc).split(";")[0]  # without Python's advice to raise its limit
-        raise ConfigError(f"{path} cannot be read ({shown(reason, 120, quote=False)}); give a folder written by "
+        raise ConfigError(f"{path} cannot be read ({python_reason(exc, 120)}); give a folder written by "
                           "'pipeplan solve --out'") from None
 
 

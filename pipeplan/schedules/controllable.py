@@ -96,8 +96,7 @@ class _Grid:
             raise ValueError(f"positions must be {n} rising block positions from 0 on, got {positions}")
         # Past the last slot the block and W placement can use.
         self.horizon = PERIOD * (positions[-1] + 1 + 2 * p) + 8 * p
-        self.slot: dict[Op, int] = {}  # keyed by op
-        self.slot_by_number = [0] * problem.num_op_numbers  # the same, by op number (read where speed matters)
+        self.slot = [0] * problem.num_op_numbers  # each op's slot, by op number (a list: read on the hot path)
         self.taken: list[dict[int, Op]] = [{} for _ in range(p)]  # per device: slot -> op
         for r in range(p):
             offsets = block(p, r)
@@ -115,8 +114,7 @@ class _Grid:
     def _put(self, op: Op, slot: int) -> None:
         device = self.problem.device_of(op.stage)
         assert slot not in self.taken[device], f"slot {slot} of device {device} taken twice"
-        self.slot[op] = slot
-        self.slot_by_number[self.problem.op_number(op)] = slot
+        self.slot[self.problem.op_number(op)] = slot
         self.taken[device][slot] = op
 
     def _place_weights(self) -> None:
@@ -145,9 +143,10 @@ class _Grid:
     def _live_memory(self) -> list[np.ndarray]:
         """Per device, the memory live during each slot (arrays, so that a move updates a range at once)."""
         live = [[0.0] * self.horizon for _ in range(self.problem.num_devices)]
-        for op, slot in self.slot.items():
-            amount, offset = self._change(op)
-            live[self.problem.device_of(op.stage)][slot + offset] += amount
+        for device, taken in enumerate(self.taken):
+            for slot, op in taken.items():
+                amount, offset = self._change(op)
+                live[device][slot + offset] += amount
         for row in live:
             for k in range(1, self.horizon):
                 row[k] += row[k - 1]
@@ -156,7 +155,7 @@ class _Grid:
     def _move(self, op: Op, new: int) -> None:
         """Move ``op`` to the earlier free slot ``new``; its change to live memory now covers [new, old) too."""
         device = self.problem.device_of(op.stage)
-        old = self.slot[op]
+        old = self.slot[self.problem.op_number(op)]
         del self.taken[device][old]
         self._put(op, new)
         amount, offset = self._change(op)
@@ -164,7 +163,7 @@ class _Grid:
 
     def _earliest(self, op: Op) -> int:
         """The first slot after every dependency of ``op`` and after the same op of the previous microbatch."""
-        number, slot = self.problem.op_number(op), self.slot_by_number
+        number, slot = self.problem.op_number(op), self.slot
         dependency = self.problem.numbered_dependency[0][number]
         earliest = slot[dependency] + 1 if dependency >= 0 else 0
         if op.microbatch > 0:  # numbers run microbatch by microbatch within a kind and stage
@@ -179,10 +178,8 @@ class _Grid:
 
     def squeeze(self) -> None:
         """Move every op, in slot order, to the earliest free slot its dependencies and its device's peak allow."""
-        problem = self.problem
-        for op in sorted(self.slot, key=lambda o: (self.slot[o], problem.device_of(o.stage))):
-            slot = self.slot[op]
-            device = problem.device_of(op.stage)
+        placed = sorted((slot, device, op) for device, taken in enumerate(self.taken) for slot, op in taken.items())
+        for slot, device, op in placed:  # each op moves only in its own turn, so its slot is still this one
             taken = self.taken[device]
             for new in range(self._earliest(op), slot):
                 if new in taken:
