@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipeplan.problem import OpKind
+from pipeplan.problem import OpKind, Problem
+from pipeplan.schedule import Schedule
 from pipeplan.simulate import Timeline
 
 # Relative slack when comparing float memory sums to a budget (0.65 + 0.35 may land a hair above 1.0). Only
@@ -95,6 +96,35 @@ def memory_timeline(timeline: Timeline) -> list[list[tuple[float, float]]]:
 def peak_memory_per_device(timeline: Timeline) -> list[float]:
     """The maximum live activation memory of each device over the step."""
     return [max(level for _, level in steps) for steps in memory_timeline(timeline)]
+
+
+def order_peaks(problem: Problem, schedule: Schedule) -> list[float] | None:
+    """The peak live activation memory of each device from ``schedule``'s orders alone, without a replay; None
+    when some op of ``problem`` takes no time.
+
+    A device runs its ops one after another, so when every op takes time, each op starts strictly after the ones
+    before it on its device started, and ends strictly before the ones after it end. At the start of a forward
+    the memory live on its device is then exactly what the ops before it in its order allocated and released
+    (the release of an op that ends as the forward starts comes first, as in :func:`memory_timeline`), plus the
+    forward's own activation; memory only grows at a forward's start, so the largest such sum is the device's
+    peak, the same number :func:`peak_memory_per_device` reads from the replay (added in the same order). With
+    ops of no time, ops on one device can start and end at one instant and the order alone does not say which
+    of them come first in time.
+    """
+    costs = problem.forward + problem.backward + (problem.backward_weight if problem.split_backward else ())
+    if min(costs) <= 0:
+        return None
+    peaks = []
+    for order in schedule.orders:
+        level = peak = 0.0
+        for op in order:
+            if op.kind is OpKind.F:
+                level += problem.allocated_by(op.kind, op.stage)
+                peak = max(peak, level)
+            else:
+                level -= problem.released_by(op.kind, op.stage)
+        peaks.append(peak)
+    return peaks
 
 
 def within_budget(peaks: list[float], budget: tuple[float, ...] | None) -> bool:

@@ -379,10 +379,13 @@ class _Candidate:
 
 def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = (),
                 deadline: float = math.inf, stop: StopRequest | None = None,
-                ticked: Problem | None = None, bound: float | None = None) -> list[_Candidate]:
+                ticked: Problem | None = None, bound: float | None = None,
+                named: Sequence[tuple[Schedule, Metrics]] | None = None) -> list[_Candidate]:
     """Every feasible heuristic schedule (and every feasible ``extra`` one), replayed on ``problem``, best
     objective first; named schedules win ties.
 
+    ``named`` are the registered schedules already replayed on ``problem`` with their metrics (as
+    :func:`pipeplan.planner.compare` has them); when None they are generated and replayed here.
     The named schedules (unless a stop was requested before the call), GPipe one microbatch at a time (which fits
     any budget that admits a schedule) and the ``extra`` ones always run; the greedy list schedulers, interleaved
     zero bubble with smaller groups (:func:`~pipeplan.schedules.interleaved_zb.smaller_groups`), the periodic
@@ -399,7 +402,7 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
     # Once a stop is requested (a Ctrl-C before the search), GPipe one microbatch at a time alone: it fits any
     # budget that admits a schedule, and the named schedules take a minute to build and replay at the size limit.
     # (A caller comparing with the named schedules, as ``pipeplan solve`` does, has them replayed already.)
-    found: list[tuple[Schedule, bool]] = [] if stopped() else [
+    found: list[tuple[Schedule, bool]] = [] if stopped() or named is not None else [
         (s, True) for s in schedules.generate_applicable(problem)[0]]
     found.append((gpipe_with_flush_size(problem, 1, name="gpipe-1"), False))
     found.extend((schedule, False) for schedule in extra)
@@ -419,15 +422,16 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
         found.append((repeated, False))
     if not stopped():
         found.extend((schedule, False) for schedule in controllable.fitted(problem, deadline, stopped))
-    candidates = []
-    for schedule, named in found:
+    candidates = [_Candidate(schedule, metrics, objective_of(metrics, objective), True)
+                  for schedule, metrics in named or () if metrics.feasible]
+    for schedule, is_named in found:
         try:
             metrics = compute_metrics(simulate(problem, schedule))
         except ScheduleError as exc:
             log.warning("warm start %s is not a valid schedule, skipped: %s", schedule.name, exc)
             continue
         if metrics.feasible:
-            candidates.append(_Candidate(schedule, metrics, objective_of(metrics, objective), named))
+            candidates.append(_Candidate(schedule, metrics, objective_of(metrics, objective), is_named))
     best = min(candidates, key=lambda c: c.objective, default=None)
     if best is not None and bound is not None and _meets(best, bound):
         log.info("lattice warm start skipped: warm start %s meets the lower bound", best.schedule.name)
@@ -659,13 +663,22 @@ def solve(
         expect("each of hints", hint, Schedule, A_SCHEDULE)
     settings = _settings(settings, objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
                          random_seed=random_seed)
+    return solve_checked(problem, settings, progress=progress, hints=hints, stop=stop)
+
+
+def solve_checked(problem: Problem, settings: SolverSettings, *, progress: ProgressCallback | None = None,
+                  hints: Sequence[Schedule] = (), stop: StopRequest | None = None,
+                  named: Sequence[tuple[Schedule, Metrics]] | None = None) -> SolveResult:
+    """:func:`solve` on arguments already checked, for callers that have the named schedules replayed on
+    ``problem`` already (``named``, with their metrics, as :func:`pipeplan.planner.compare` has them): they are
+    then taken as they are rather than built and replayed again (a few seconds at the size limit)."""
     started = time.monotonic()
     deadline = started + settings.time_limit_s
     _check_budget(problem)
     ticked, time_scale, exact = tick_problem(problem)
     bound_ticks = _analytic_bound(ticked, settings.objective)  # the largest bound proven so far, in ticks
     candidates = warm_starts(problem, settings.objective, extra=hints, deadline=deadline, stop=stop, ticked=ticked,
-                             bound=bound_ticks / time_scale)
+                             bound=bound_ticks / time_scale, named=named)
     if not candidates:
         raise InfeasibleBudget(
             f"no schedule fits memory.budget; raise it to at least {max(minimum_budget(problem)):g} "

@@ -20,9 +20,10 @@ from pipeplan import (
     simulate,
 )
 from pipeplan import problem as problem_module
-from pipeplan.planner import compare
+from pipeplan.metrics import order_peaks
+from pipeplan.planner import compare, evaluate_named
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
-from pipeplan.solver import StopRequest
+from pipeplan.solver import StopRequest, objective_of
 
 ENTRY_KEYS = {"schedule", "utilization", "bubble", "makespan", "peak_memory", "fits"}
 
@@ -223,6 +224,49 @@ def test_compare_points_at_a_better_layout() -> None:
     stop.request()
     stopped = compare(problem, SolverSettings(time_limit_s=5, num_workers=1), stop=stop)
     assert stopped.summary("t")["other_layouts"] == [] and stopped.optimal.metrics.feasible
+
+
+def test_compare_builds_the_named_schedules_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison's named schedules are the optimizer's warm starts as they are: on the config's own layout
+    they are built and replayed once (at the size limit each pass took seconds), and still win ties."""
+    from pipeplan import schedules as registry
+    problem = Problem.build(num_stages=4, num_microbatches=8, forward=1.0, backward=2.0, budget=4)
+    built: list[tuple[int, str]] = []
+    real = registry.generate_applicable
+
+    def counted(p: Problem) -> Any:
+        built.append((p.num_chunks, p.placement))
+        return real(p)
+
+    monkeypatch.setattr(registry, "generate_applicable", counted)
+    comparison = compare(problem, SolverSettings(time_limit_s=5, num_workers=1))
+    assert built.count((1, "loop")) == 1 and len(built) == len(set(built))
+    named = {e.schedule.name: objective_of(e.metrics, "makespan") for e in comparison.named if e.metrics.feasible}
+    assert named["1f1b"] == comparison.optimal.heuristics["1f1b"]
+    assert set(named) <= set(comparison.optimal.heuristics)
+    assert comparison.optimal.best_heuristic in named  # 1F1B is optimal here; the named schedule wins the tie
+
+
+@pytest.mark.parametrize("layout", [(1, "loop"), (2, "loop"), (2, "v")])
+def test_named_schedules_that_fit_are_found_without_replaying_the_others(layout: tuple[int, str]) -> None:
+    """The other layouts' comparison leaves out, unreplayed, the schedules whose orders exceed the budget: the
+    ones left are exactly the fitting ones of a full replay."""
+    problem = Problem.build(num_stages=4, num_microbatches=8, forward=[1.0, 1.5, 1.0, 2.0], backward=2.0,
+                            backward_weight=[1.0, 0.5, 1.0, 1.0], comm=0.25, activation=[1, 2, 1, 1],
+                            weight_activation=0.5, budget=5).with_layout(*layout)
+    every, _ = evaluate_named(problem)
+    fitting = [e.schedule.name for e in every if e.metrics.feasible]
+    assert 0 < len(fitting) < len(every)
+    assert [e.schedule.name for e in evaluate_named(problem, fitting_only=True)[0]] == fitting
+
+
+def test_peaks_from_orders_need_every_op_to_take_time() -> None:
+    """With ops of no time several can start and end at one instant; the orders alone then do not give the peak
+    (a release at an instant comes before an allocation there, whatever the order)."""
+    problem = Problem.build(num_stages=2, num_microbatches=3, forward=0.0, backward=1.0)
+    assert order_peaks(problem, generate("gpipe", problem)) is None
+    timed = Problem.build(num_stages=2, num_microbatches=3, forward=1.0, backward=1.0)
+    assert order_peaks(timed, generate("gpipe", timed)) == [3.0, 3.0]
 
 
 @pytest.mark.parametrize(("keywords", "message"), [

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from invariants import assert_valid
 
 from pipeplan import Problem, compute_metrics, generate, plan, simulate
+from pipeplan.metrics import order_peaks
 from pipeplan.schedules import generate_applicable
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 
@@ -64,6 +65,8 @@ def run_all(problem: Problem) -> dict[str, Any]:
         timeline = simulate(problem, schedule)
         metrics = compute_metrics(timeline)
         assert_valid(problem, timeline, metrics)
+        # Every op takes time here, so the orders alone give the replay's peaks, to the last bit.
+        assert order_peaks(problem, schedule) == metrics.peak_memory_per_device
         results[schedule.name] = metrics
     return results
 
