@@ -162,8 +162,12 @@ class TaskOutput:
         return None if self.orders_json is None else schedule_from_record(json.loads(self.orders_json))
 
 
+# How to name another store, from the command line and from Python.
+_ANOTHER = "another store file (--store FILE; Store(path) in Python)"
+
+
 def _refuse(path: Path, why: str) -> StoreError:
-    return StoreError(f"{str(path)!r} {why}; pick another --store FILE (or move that file away). pipeplan never "
+    return StoreError(f"{str(path)!r} {why}; pick {_ANOTHER} or move that file away. pipeplan never "
                       "overwrites a file that is not its own store")
 
 
@@ -185,8 +189,8 @@ class Store:
             handle, staging = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=folder)
             os.close(handle)
         except OSError as exc:
-            raise StoreError(f"cannot create the store {str(self.path)!r}: {exc.strerror} in {str(folder)!r}; pass "
-                             "--store FILE in a folder you can write to") from None
+            raise StoreError(f"cannot create the store {str(self.path)!r}: {exc.strerror} in {str(folder)!r}; pick "
+                             f"{_ANOTHER} in a folder you can write to") from None
         try:
             db = sqlite3.connect(staging)
             with db:
@@ -212,7 +216,7 @@ class Store:
             with open(self.path, "rb") as file:
                 head = file.read(16)
         except OSError as exc:
-            raise StoreError(f"cannot read the store {str(self.path)!r} ({exc.strerror}); pass another --store FILE") \
+            raise StoreError(f"cannot read the store {str(self.path)!r} ({exc.strerror}); pick {_ANOTHER}") \
                 from None
         if head != SQLITE_HEADER:
             raise _refuse(self.path, "is not a pipeplan store (not an SQLite file)")
@@ -234,8 +238,8 @@ class Store:
         if meta.get("format_version") != str(FORMAT_VERSION):
             db.close()
             raise StoreError(f"the store {str(self.path)!r} has layout {meta.get('format_version')} (written by "
-                             f"pipeplan {meta.get('created_by')}); this pipeplan reads layout {FORMAT_VERSION}: pass "
-                             "a new --store FILE, or use that pipeplan version to read it")
+                             f"pipeplan {meta.get('created_by')}); this pipeplan reads layout {FORMAT_VERSION}: pick "
+                             f"{_ANOTHER}, or use that pipeplan version to read it")
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -244,7 +248,7 @@ class Store:
         except sqlite3.OperationalError as exc:
             db.close()
             raise StoreError(f"cannot write the store {str(self.path)!r} ({exc}); it or its folder is read-only: "
-                             "pass --store FILE in a folder you can write to") from None
+                             f"pick {_ANOTHER} in a folder you can write to") from None
         return db
 
     def __enter__(self) -> Store:
@@ -286,8 +290,8 @@ class Store:
                 self._db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                  (key, kind, label, record, problem, orders, error, __version__, time.time()))
         except sqlite3.OperationalError as exc:
-            raise StoreError(f"cannot write the store {str(self.path)!r} ({exc}); pass --store FILE in a folder "
-                             "you can write to") from None
+            raise StoreError(f"cannot write the store {str(self.path)!r} ({exc}); pick {_ANOTHER} in a "
+                             "folder you can write to") from None
 
     def copy_to(self, target: Path) -> None:
         """A consistent copy of the store at ``target`` (SQLite's online backup)."""

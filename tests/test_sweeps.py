@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -297,12 +298,15 @@ def make_damaged_store(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+# How a store error names another store, for the command line and for Python.
+ANOTHER = "another store file (--store FILE; Store(path) in Python)"
+
 BAD_STORES = [
-    ("not-sqlite", make_not_a_store, "is not a pipeplan store (not an SQLite file); pick another --store FILE"),
+    ("not-sqlite", make_not_a_store, f"is not a pipeplan store (not an SQLite file); pick {ANOTHER}"),
     ("damaged", make_damaged_store, "is an SQLite file that cannot be read (database disk image is malformed): "
      "damaged or not a pipeplan store"),
     ("other-sqlite", make_plain_sqlite, "is an SQLite file but not a pipeplan store (no meta table); pick another"),
-    ("other-layout", make_other_layout, f"this pipeplan reads layout {FORMAT_VERSION}: pass a new --store FILE"),
+    ("other-layout", make_other_layout, f"this pipeplan reads layout {FORMAT_VERSION}: pick {ANOTHER}"),
 ]
 
 
@@ -324,8 +328,8 @@ def test_a_file_that_is_not_a_usable_store_exits_2_and_is_left_alone(capsys: pyt
 
 BAD_PLACES = [
     ("store-in-unwritable-place", ["--store", "/proc/pipeplan/store.sqlite"],
-     "pass --store FILE in a folder you can write to"),
-    ("store-is-a-folder", ["--store", "."], "is a folder, not a store file; pick another --store FILE"),
+     f"pick {ANOTHER} in a folder you can write to"),
+    ("store-is-a-folder", ["--store", "."], f"is a folder, not a store file; pick {ANOTHER}"),
     ("ray-address-unreachable", ["--ray", "127.0.0.1:9"], "cannot reach a Ray cluster at '127.0.0.1:9'"),
     ("ray-address-malformed", ["--ray", "headnode"], "--ray 'headnode' is not HOST:PORT"),
 ]
@@ -350,7 +354,7 @@ def test_a_read_only_store_exits_2(capsys: pytest.CaptureFixture[str], tmp_path:
     path = tmp_path / "s.sqlite"
     Store(path).close()
     path.chmod(0o444)
-    with pytest.raises(StoreError, match="read-only: pass --store FILE in a folder you can write to"):
+    with pytest.raises(StoreError, match=re.escape(f"read-only: pick {ANOTHER} in a folder you can write to")):
         Store(path)
 
 
