@@ -333,6 +333,9 @@ def test_force_replaces_a_result_folder_holding_what_pipeplan_writes_into_it(cap
     assert main([*SOLVE, "--out", str(out)]) == 0
     assert main(["export", str(out)]) == 0
     (out / ".report.html.x1y2z3").write_text("half", encoding="utf-8")
+    # So are the files a file browser leaves in a folder it showed (an ._NAME is a macOS copy's companion file).
+    for browsed in (out / ".DS_Store", out / "Thumbs.db", out / "._summary.json", out / "schedules" / ".DS_Store"):
+        browsed.write_bytes(b"\0\0\0\1Bud1")
     assert any(name.endswith(".torch.csv") for name in names(out))
     capsys.readouterr()
     code, _, err = run(capsys, *SOLVE, "--out", str(out), "--force")

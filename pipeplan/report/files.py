@@ -116,11 +116,20 @@ _RESULT_ENTRIES = frozenset({"summary.json", "metrics.csv", "report.html", "sche
                              "frontier.html", "frontier.png", "sweep.csv", "best.yaml"}) | _STORE_FILES
 
 
+# What a file browser leaves in any folder it shows (macOS, Windows), and macOS's "._NAME" companions of files
+# on other file systems: a result folder that was looked at is still one.
+_BROWSER_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+
+
+def _browsers(name: str) -> bool:
+    return name in _BROWSER_FILES or name.startswith("._")
+
+
 def _ours(name: str) -> bool:
     """Whether pipeplan writes an entry called ``name`` at the top of a result folder: one of
     :data:`_RESULT_ENTRIES`, a torch CSV ``pipeplan export`` wrote there, or the temporary file of a write into it
-    that was killed (``.report.html.XXXX``)."""
-    if name in _RESULT_ENTRIES or name.endswith(".torch.csv"):
+    that was killed (``.report.html.XXXX``); a file browser's (:data:`_BROWSER_FILES`) goes with them."""
+    if name in _RESULT_ENTRIES or name.endswith(".torch.csv") or _browsers(name):
         return True
     return name.startswith(".") and any(name.startswith(f".{entry}.") for entry in _RESULT_ENTRIES)
 
@@ -132,7 +141,8 @@ def foreign_entries(path: Path) -> list[str]:
     schedules = path / "schedules"
     if schedules.is_dir() and not schedules.is_symlink():
         foreign += [f"schedules/{entry.name}" for _, entry in zip(range(10_000), schedules.iterdir())
-                    if entry.suffix != ".json" or entry.is_symlink() or not entry.is_file()]
+                    if (entry.suffix != ".json" and not _browsers(entry.name)) or entry.is_symlink()
+                    or not entry.is_file()]
     elif os.path.lexists(schedules):
         foreign.append("schedules")
     return sorted(foreign)
