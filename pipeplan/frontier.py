@@ -32,7 +32,7 @@ from pipeplan.planner import evaluate_named
 from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect
 from pipeplan.schedule import Schedule
 from pipeplan.simulate import Timeline, simulate
-from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve
+from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve, solve_checked
 from pipeplan.store import Progress as TaskProgress
 from pipeplan.store import Store, Task, TaskOutput, record_of, run_tasks, schedule_of, task_key
 
@@ -204,7 +204,8 @@ def frontier(
         try:
             # The previous answer goes in under its budget's name: "source" then says "budget X" when it wins.
             hints = [] if previous is None else [replace(previous[1].schedule, name=f"budget {previous[0]:g}")]
-            result = solve(at, settings, progress=report, hints=hints, stop=stop)
+            result = solve_checked(at, settings, progress=report, hints=hints, stop=stop,
+                                   named=[(e.schedule, e.metrics) for e in named])
         except InfeasibleBudget as exc:
             rows.append(_infeasible_row(budget, str(exc)))
             continue

@@ -223,14 +223,16 @@ def test_each_budget_is_warm_started_from_the_previous_answer_under_its_budgets_
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Solved in sequence, each budget gets the previous answer as a warm start, named by its budget, so that when
     it wins the row's source says "budget X" (it used to say "optimal", the previous answer's schedule name)."""
-    real_solve = frontier_module.solve
+    real_solve = frontier_module.solve_checked
     hints_seen: list[list[str]] = []
 
     def recording_solve(*args: Any, **kwargs: Any) -> Any:
         hints_seen.append([hint.name for hint in kwargs.get("hints", [])])
+        # The named schedules replayed for the frontier's rows are the optimizer's warm starts as they are.
+        assert {schedule.name for schedule, _ in kwargs["named"]} >= {"1f1b", "zb-h1"}
         return real_solve(*args, **kwargs)
 
-    monkeypatch.setattr(frontier_module, "solve", recording_solve)
+    monkeypatch.setattr(frontier_module, "solve_checked", recording_solve)
     problem = Problem.build(4, 8, forward=1, backward=1, backward_weight=0.5, comm=0.03)
     rows = [r for r in frontier(problem, [4, 5, 6], SolverSettings(time_limit_s=1, num_workers=2))
             if r.schedule == "optimal"]
