@@ -12,12 +12,10 @@ import logging as _logging
 from typing import TYPE_CHECKING
 from typing import Any as _Any
 
-from pipeplan.config import Config, SolverSettings, load_config
-from pipeplan.metrics import Metrics, compute_metrics, memory_timeline
+# The replay and the types it takes load little and are plain imports; ``simulate`` must be, since importing the
+# submodule of that name binds the module to ``pipeplan.simulate`` unless the function already is.
 from pipeplan.problem import ConfigError, Op, OpKind, Problem
 from pipeplan.schedule import NotApplicable, Schedule, ScheduleError
-from pipeplan.schedules import generate
-from pipeplan.schedules import names as schedule_names
 from pipeplan.simulate import Timeline, simulate
 
 __version__ = "0.1.0"
@@ -27,16 +25,32 @@ __version__ = "0.1.0"
 # handler on stderr.
 _logging.getLogger("pipeplan").addHandler(_logging.NullHandler())
 
-# The names from the planner and the solver (which load OR-Tools, about a second) are imported on first use
-# (PEP 562), so that ``import pipeplan`` and the command's entry point (:mod:`pipeplan.entry`) stay quick: a
-# Ctrl-C in the first second of a command then meets the entry point's handler, not a traceback from an import.
-# The names above load little (PyYAML) and stay plain imports: ``simulate`` must, since importing the submodule
-# of that name binds the module to ``pipeplan.simulate`` unless the function already is.
-_LAZY = {"plan": "pipeplan.planner", "InfeasibleBudget": "pipeplan.solver", "SolveResult": "pipeplan.solver",
-         "solve": "pipeplan.solver"}
+# Every other name is imported on first use (PEP 562): the configs (PyYAML), the generators (numpy), the planner
+# and the solver (OR-Tools, about a second). So ``import pipeplan`` and the command's entry point
+# (:mod:`pipeplan.entry`, which the package's import runs first) stay quick, and a Ctrl-C in the first tenths of
+# a second of a command meets the entry point's handler, not a traceback from an import. Name -> (module, name
+# there).
+_LAZY = {
+    "Config": ("pipeplan.config", "Config"),
+    "SolverSettings": ("pipeplan.config", "SolverSettings"),
+    "load_config": ("pipeplan.config", "load_config"),
+    "Metrics": ("pipeplan.metrics", "Metrics"),
+    "compute_metrics": ("pipeplan.metrics", "compute_metrics"),
+    "memory_timeline": ("pipeplan.metrics", "memory_timeline"),
+    "generate": ("pipeplan.schedules", "generate"),
+    "schedule_names": ("pipeplan.schedules", "names"),
+    "plan": ("pipeplan.planner", "plan"),
+    "InfeasibleBudget": ("pipeplan.solver", "InfeasibleBudget"),
+    "SolveResult": ("pipeplan.solver", "SolveResult"),
+    "solve": ("pipeplan.solver", "solve"),
+}
 
 if TYPE_CHECKING:
+    from pipeplan.config import Config, SolverSettings, load_config
+    from pipeplan.metrics import Metrics, compute_metrics, memory_timeline
     from pipeplan.planner import plan
+    from pipeplan.schedules import generate
+    from pipeplan.schedules import names as schedule_names
     from pipeplan.solver import InfeasibleBudget, SolveResult, solve
 
 
@@ -48,7 +62,8 @@ def __getattr__(name: str) -> _Any:
             if exc.name != f"pipeplan.{name}":
                 raise
             raise AttributeError(f"module 'pipeplan' has no attribute {name!r}") from None
-    value = getattr(_importlib.import_module(_LAZY[name]), name)
+    module, attribute = _LAZY[name]
+    value = getattr(_importlib.import_module(module), attribute)
     globals()[name] = value  # found directly from now on
     return value
 

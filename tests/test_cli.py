@@ -524,11 +524,14 @@ def test_report_and_export_name_the_command_that_wrote_a_folder(
 
 
 def test_import_pipeplan_loads_nothing_heavy() -> None:
-    """The planner's and the solver's names load on first use, so the command's entry point can hold Ctrl-C back
-    before the heavy imports start (and a script that only simulates does not pay for OR-Tools); simulate stays
-    the function when its submodule is imported."""
+    """Every name but the replay's loads on first use, so the command's entry point can hold Ctrl-C back before
+    the heavy imports start (numpy and PyYAML, through the generators and the configs, took a tenth of a second
+    in which a Ctrl-C ended in a traceback; a script that only simulates does not pay for OR-Tools); simulate
+    stays the function when its submodule is imported."""
     code = ("import sys, pipeplan, pipeplan.entry, pipeplan.simulate; heavy = [m for m in ('ortools', 'pandas', "
-            "'click', 'rich') if m in sys.modules]; assert not heavy, heavy; assert callable(pipeplan.simulate); "
+            "'click', 'rich', 'numpy', 'yaml') if m in sys.modules]; assert not heavy, heavy; "
+            "assert callable(pipeplan.simulate); assert pipeplan.generate.__module__ == 'pipeplan.schedules'; "
+            "assert pipeplan.schedule_names()[0] == 'gpipe' and pipeplan.load_config.__module__ == 'pipeplan.config'; "
             "assert pipeplan.solve.__module__ == 'pipeplan.solver' and 'ortools' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
 
