@@ -271,14 +271,21 @@ class Terminated(BaseException):
     """SIGTERM arrived: abort at once (not an Exception, so that nothing on the way catches it)."""
 
 
+# A second Ctrl-C this soon after the first is the same one delivered twice: ``timeout -s INT`` signals the
+# command and then its whole process group, which holds the command too. No one presses Ctrl-C twice this fast.
+SAME_INTERRUPT_S = 0.1
+
+
 class _Interrupts:
     """Ctrl-C during a search: the first one stops the search, which finishes with the best schedule found so
-    far (the run then exits 130); a second one, or SIGTERM, aborts at once. Handlers are restored on exit."""
+    far (the run then exits 130); a second one (:data:`SAME_INTERRUPT_S` or more later), or SIGTERM, aborts at
+    once. Handlers are restored on exit."""
 
     def __init__(self, stop: StopRequest, finishing: str = "finishing with the best schedule found so far") -> None:
         self.stop = stop
         self.finishing = finishing
         self.previous: dict[int, Any] = {}  # keyed by signal number: the handler to restore
+        self.first = -math.inf  # when the first Ctrl-C came (time.monotonic())
 
     def __enter__(self) -> _Interrupts:
         if threading.current_thread() is threading.main_thread():
@@ -291,8 +298,12 @@ class _Interrupts:
             signal.signal(signum, handler)
 
     def _on_interrupt(self, _signum: int, _frame: object) -> None:
+        now = time.monotonic()
         if self.stop.requested:
+            if now - self.first < SAME_INTERRUPT_S:
+                return
             raise KeyboardInterrupt
+        self.first = now
         self.stop.request()
         click.echo(f"pipeplan: interrupted: {self.finishing} (Ctrl-C again to abort)", err=True)
 

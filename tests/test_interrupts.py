@@ -14,6 +14,7 @@ import os
 import pickle
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,11 +68,13 @@ def ctrl_c_after(call: Callable[..., Any]) -> Callable[..., Any]:
     return call_then_ctrl_c
 
 
-def send_on_report(monkeypatch: pytest.MonkeyPatch, when: Callable[[int, Any], bool], *signals: int) -> None:
+def send_on_report(monkeypatch: pytest.MonkeyPatch, when: Callable[[int, Any], bool], *signals: int,
+                   gap: float = 2 * pipeplan.cli.SAME_INTERRUPT_S) -> None:
     """Send ``signals`` to this process on the first progress report for which ``when(n, report)`` holds (n is
     1-based). Reports after the first come from CP-SAT's threads; between two signals the sender waits until the
     main thread has handled the first (a stop was requested), since the same signal twice at once would arrive
-    as one. The search cannot end meanwhile: CP-SAT waits for the report to return."""
+    as one, and then ``gap`` seconds (a Ctrl-C sooner after the first is taken for the same one). The search
+    cannot end meanwhile: CP-SAT waits for the report to return."""
     original = pipeplan.cli._ProgressLine.__call__
     calls = {"n": 0, "sent": False}
     handled = threading.Event()
@@ -88,6 +91,7 @@ def send_on_report(monkeypatch: pytest.MonkeyPatch, when: Callable[[int, Any], b
             for i, signum in enumerate(signals):
                 if i:
                     assert handled.wait(30), "the first signal was never handled"
+                    time.sleep(gap)
                 os.kill(os.getpid(), signum)
         original(self, progress)
 
@@ -143,6 +147,20 @@ def test_a_second_ctrl_c_or_sigterm_aborts_and_writes_nothing(
     assert f"pipeplan: {word}" in captured.err and "Traceback" not in captured.err
     assert list(tmp_path.iterdir()) == [Path(config)]  # neither DIR nor a temporary folder
     assert signal.getsignal(signal.SIGTERM) is before  # restored
+
+
+def test_the_same_ctrl_c_delivered_twice_still_finishes_with_the_answer(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path
+) -> None:
+    """``timeout -s INT`` signals the command and then its process group: the same Ctrl-C twice, a moment apart.
+    It used to abort the run one time in three (nothing printed or written after "finishing with the best
+    schedule found so far")."""
+    send_on_report(monkeypatch, nth(2), signal.SIGINT, signal.SIGINT, gap=0.0)
+    code = main(["solve", config, "--format", "json", "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert code == INTERRUPTED
+    assert json.loads(captured.out)["interrupted"] is True
+    assert json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))["interrupted"] is True
 
 
 def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
@@ -233,8 +251,8 @@ def test_ctrl_c_in_an_in_process_sweep_names_the_budget_cut_short_and_those_not_
     # leaves the larger budgets out. That row is marked, and the last line names the budgets never run (it used
     # to say only that "the results above are the best found by then"). A Ctrl-C once a budget's solve has
     # returned cuts nothing short: no row is marked.
-    real_solve = pipeplan.frontier.solve
-    monkeypatch.setattr(pipeplan.frontier, "solve", ctrl_c_on_first_report(real_solve) if during else
+    real_solve = pipeplan.frontier.solve_checked
+    monkeypatch.setattr(pipeplan.frontier, "solve_checked", ctrl_c_on_first_report(real_solve) if during else
                         ctrl_c_after(real_solve))
     code = main(["frontier", config, "--budgets", "5:7:1", "--time-limit", "3", "--jobs", "1", "--quiet"])
     captured = capsys.readouterr()

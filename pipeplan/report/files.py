@@ -111,9 +111,11 @@ def is_unfinished_sweep(path: Path) -> bool:
     return "store.sqlite" in entries and entries <= _STORE_FILES
 
 
-# Every name pipeplan writes at the top of a result folder (solve's, frontier's, size's), a sweep's store included.
+# Every name pipeplan writes at the top of a result folder (solve's, frontier's, size's, a sweep's store, and the
+# figures scripts/make_figures.py draws beside solve's files).
 _RESULT_ENTRIES = frozenset({"summary.json", "metrics.csv", "report.html", "schedules", "frontier.csv",
-                             "frontier.html", "frontier.png", "sweep.csv", "best.yaml"}) | _STORE_FILES
+                             "frontier.html", "frontier.png", "sweep.csv", "best.yaml", "schedules.html",
+                             "schedules.png", "utilization.html", "utilization.png", "report.png"}) | _STORE_FILES
 
 
 # What a file browser leaves in any folder it shows (macOS, Windows), and macOS's "._NAME" companions of files
