@@ -402,6 +402,26 @@ def test_a_sweep_without_the_optimizer_ends_on_its_last_task() -> None:
     assert [r.done for r in reports[1:]] == [1, 2]
 
 
+def test_the_optimizer_alone_runs_on_the_top_configurations_of_the_plain_schedules() -> None:
+    # With "optimal" the only schedule asked for, no named schedule ranked the configurations, so the optimizer
+    # ran on none of them: "not among the top 1" even with one candidate. The plain schedule of each layout ranks
+    # them now, unshown.
+    frame = sweep(model=TINY, hardware="h100-80gb", num_gpus=8, global_batch_size=16, seq_len=128,
+                  tensor_parallel=[1, 2], pipeline_parallel=2, num_chunks=[1, 2], schedules=["optimal"],
+                  time_limit_s=0.5, optimal_top=1, num_workers=1)
+    assert set(frame["schedule"]) == {"optimal"} and len(frame) == 4
+    ran = frame[frame["skipped"].isna()]
+    assert len(ran) == 1 and bool(ran["fits"].iloc[0]) and ran["tokens_per_s"].iloc[0] > 0
+    assert set(frame["skipped"].dropna()) == {"not among the top 1 configurations for the optimizer"}
+    # Where no named schedule fits, the optimizer's row says that, not that the configuration ranked low.
+    frame = sweep(model="llama3.1-70b", hardware="h100-80gb", num_gpus=8, global_batch_size=16, seq_len=128,
+                  tensor_parallel=1, pipeline_parallel=2, schedules=["1f1b", "optimal"], optimal_top=1,
+                  num_workers=1)
+    assert list(frame["skipped"].fillna("")) == ["", "no named schedule (1f1b) fits in memory here, so the "
+                                                 "optimizer (on the top 1 configurations by their best named "
+                                                 "schedule) skipped it"]
+
+
 def test_sweep_rows_columns_order_and_skipped_reasons() -> None:
     reports: list[SweepProgress] = []
     frame = sweep(model=TINY, hardware="h100-80gb", num_gpus=[8, 24, 32], global_batch_size=32, seq_len=128,

@@ -55,11 +55,13 @@ def place_named(schedule: str, num_chunks: int, build: Callable[[bool, str], Siz
     Tries the :data:`~pipeplan.sizing.build.VARIANTS` in order (only ``placement`` when given) and keeps the
     first the generator accepts; ``build(split_backward, placement)`` makes each. The schedule is generated
     without the budget (Megatron-LM's 1F1B warms up P - r - 1 microbatches whatever the memory). Raises the
-    first variant's :class:`NotApplicable` when none applies, and :class:`ConfigError` for a placement that
-    is not "loop" or "v" (V with 2 chunks per device only).
+    last variant's :class:`NotApplicable` when none applies (it has the split backward, which a sizing caller
+    does not choose, so its reason is the layout's: the first variant's said "needs a split backward" of a
+    zero-bubble schedule on the wrong number of chunks), and :class:`ConfigError` for a placement that is not
+    "loop" or "v" (V with 2 chunks per device only).
     """
     check_placement(placement, num_chunks)
-    first: NotApplicable | None = None
+    last: NotApplicable | None = None
     for split, where in VARIANTS:
         if (placement is not None and where != placement) or (where == "v" and num_chunks != 2):
             continue
@@ -67,9 +69,9 @@ def place_named(schedule: str, num_chunks: int, build: Callable[[bool, str], Siz
         try:
             return sized, generate(schedule, sized.problem.with_budget(None))
         except NotApplicable as exc:
-            first = first or exc
-    assert first is not None, "every schedule applies to some variant"
-    raise first
+            last = exc
+    assert last is not None, "every schedule applies to some variant"
+    raise last
 
 
 def run_named(sized: SizedProblem, schedule: Schedule) -> tuple[Timeline, Metrics]:

@@ -129,7 +129,8 @@ def sweep(
     num_gpus / (tensor_parallel x pipeline_parallel). "optimal" among ``schedules`` runs CP-SAT for
     ``time_limit_s`` seconds per configuration with ``num_workers`` workers (default: the machine's cores), on
     every configuration or, with ``optimal_top=K``, on the K configurations whose best named schedule is
-    fastest. Columns are :data:`COLUMNS`.
+    fastest (when "optimal" is the only schedule asked for, :data:`RANKING_SCHEDULES` rank them, unshown).
+    Columns are :data:`COLUMNS`.
 
     Each (configuration, schedule) is a task. Tasks run on ``executor`` (see :mod:`pipeplan.executors`; it is
     used as given, not entered or closed), else on a local pool of ``processes`` processes (in this process when
@@ -170,6 +171,9 @@ class SweepStats:
 
 # ``skipped`` of a row that a stopped sweep did not run.
 NOT_RUN = "not run: the sweep was stopped first"
+# What ranks the configurations for the optimizer's top K when only "optimal" is asked for: the plain schedule of
+# each layout (one chunk, chunks in loop placement, in V).
+RANKING_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-v")
 
 
 def sweep_with_stats(
@@ -239,6 +243,10 @@ def sweep_with_stats(
         built.append(setup)
     workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
     named_names = [n for n in names if n != OPTIMAL]
+    if not named_names and OPTIMAL in names and optimal_top is not None:
+        # The optimizer's top configurations are those whose best named schedule is fastest: with none asked for,
+        # the plain schedules of each layout rank them (their rows are not shown).
+        named_names = list(RANKING_SCHEDULES)
     named_tasks = {(id(setup), name): _named_task(model_rec, hardware_rec, setup, name, balanced)
                    for setup in built for name in named_names}  # keyed by (id of the setup, schedule)
     stats = SweepStats()
@@ -261,11 +269,16 @@ def sweep_with_stats(
                             should_stop=should_stop,
                             done_before=(stats.done, stats.total, stats.reused, len(stats.failures)))
         stats.add(optimal, list(optimal_tasks.values()))
-    for setup in built:
+    for setup, (_, ranked) in zip(built, named_rows):
         for name in names:
             if name == OPTIMAL and id(setup) not in chosen:
-                reason = (NOT_RUN if stats.stopped
-                          else f"not among the top {optimal_top} configurations for the optimizer")
+                if stats.stopped:
+                    reason = NOT_RUN
+                elif not any(row.get("fits") for row in ranked):
+                    reason = (f"no named schedule ({', '.join(named_names)}) fits in memory here, so the optimizer "
+                              f"(on the top {optimal_top} configurations by their best named schedule) skipped it")
+                else:
+                    reason = f"not among the top {optimal_top} configurations for the optimizer"
                 rows.append({**_setup_columns(setup), "schedule": OPTIMAL, "skipped": reason})
                 continue
             task, outcome = ((optimal_tasks[id(setup)], optimal) if name == OPTIMAL
