@@ -118,6 +118,14 @@ def test_a_signal_wrapped_by_rays_compiled_code_is_found_and_nothing_else() -> N
     assert _signal_in(SystemError("no cause")) is None
 
 
+def test_a_ray_executor_used_outside_a_with_block_says_how_to_use_it() -> None:
+    # It was a bare AssertionError (gone under python -O); the local executor needs no with block.
+    from pipeplan.executors.ray import RayExecutor
+
+    with pytest.raises(RuntimeError, match="a RayExecutor connects to Ray when entered: use it in a with block"):
+        list(RayExecutor("local").map(math.sqrt, [4.0]))
+
+
 def test_ray_executor_yields_every_index_and_captures_failures(ray_cluster: Any) -> None:
     from pipeplan.executors.ray import RayExecutor
 

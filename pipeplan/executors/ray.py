@@ -129,7 +129,9 @@ class RayExecutor:
 
     def map(self, function: Callable[[Any], Any], inputs: Sequence[Any], *, num_cpus: int = 1,
             should_stop: ShouldStop | None = None) -> Iterator[TaskResult]:
-        assert self._ray is not None, "use RayExecutor as a context manager"
+        if self._ray is None:  # not entered (or closed): no connection to run the tasks on
+            raise RuntimeError("a RayExecutor connects to Ray when entered: use it in a with block, e.g. "
+                               "'with make_executor(ray=\"local\") as executor: sweep(..., executor=executor)'")
         ray = self._ray
         # A task asking for more CPUs than a node has would wait forever: ask for at most the largest node's.
         largest = max((node.get("Resources", {}).get("CPU", 0.0) for node in ray.nodes() if node.get("Alive")),
