@@ -464,10 +464,18 @@ def test_a_search_space_without_a_valid_combination_names_each_constraint() -> N
     with pytest.raises(ConfigError) as caught:
         require_fitting(frame)
     message = str(caught.value)
-    assert "no configuration of the search space runs within memory (4 candidates)" in message
+    assert "no configuration of the search space runs within memory (4 candidates); to fit, try more GPUs, a " \
+           "larger pipeline_parallel or tensor_parallel (less memory per GPU), recompute: full or a GPU with more " \
+           "memory. Per candidate: " in message
     assert "8 GPUs tp8 pp1 dp1 mbs1 v1 selective: out of memory on pipeline device 0" in message
     assert ("8 GPUs tp8 pp2 mbs1 v1 selective: 8 GPUs not divisible by tensor parallel 8 x pipeline parallel 2"
             in message)
+    uneven = sweep(model=TINY, hardware="h100-80gb", num_gpus=3, global_batch_size=6, seq_len=128,
+                   tensor_parallel=1, pipeline_parallel=3)
+    with pytest.raises(ConfigError, match=r"can run \(1 candidate\); to fit, try options.balanced: true \(balanced="
+                       r"True in Python\) for layers that do not divide evenly. Per candidate: 3 GPUs tp1 pp3 mbs1 "
+                       r"v1 selective: 8 layers not divisible by 3 model stages"):
+        require_fitting(uneven)
     assert "8 GPUs tp3 pp1 mbs1 v1 selective: 8 GPUs not divisible by tensor parallel 3" in message
 
 

@@ -115,7 +115,7 @@ BAD_STUDIES: list[tuple[str, Any, str]] = [
     ("bad-option", {**GOOD, "options": {"sequence_parallel": "yes"}},
      "options.sequence_parallel must be true or false, got 'yes'"),
     ("no-valid-combination", {**GOOD, "num_gpus": 6, "search": {"tensor_parallel": [3, 16], "pipeline_parallel": [2]}},
-     "no configuration of the search space can run (2 candidates): 6 GPUs tp3 pp2 mbs1 v1 "
+     "no configuration of the search space can run (2 candidates). Per candidate: 6 GPUs tp3 pp2 mbs1 v1 "
      "selective: 8 attention heads / 4 KV heads not divisible by tensor parallel 3; 6 GPUs tp16 pp2 mbs1 v1 "
      "selective: 6 GPUs not divisible by tensor parallel 16 x pipeline parallel 2"),
     ("nothing-fits", {**GOOD, "model": "llama3.1-405b", "num_gpus": 8, "search": {"tensor_parallel": 8,

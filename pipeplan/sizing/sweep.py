@@ -421,7 +421,15 @@ def require_fitting(frame: pd.DataFrame) -> None:
     more = f"; and {len(reasons) - MAX_LISTED} more" if len(reasons) > MAX_LISTED else ""
     # When none could run at all (every size skipped: GPU counts, divisibility), memory is not the reason.
     what = "runs within memory" if bool(frame["skipped"].isna().any()) else "can run"
-    raise ConfigError(f"no configuration of the search space {what} ({len(reasons)} candidates): {listed}{more}")
+    fixes = []
+    if any("out of memory" in reason for reason in reasons):
+        fixes.append("more GPUs, a larger pipeline_parallel or tensor_parallel (less memory per GPU), recompute: full "
+                     "or a GPU with more memory")
+    if any("not divisible by" in reason and "model stages" in reason for reason in reasons):
+        fixes.append("options.balanced: true (balanced=True in Python) for layers that do not divide evenly")
+    fix = f"; to fit, try {'; or '.join(fixes)}" if fixes else ""
+    count = f"{len(reasons)} candidate{'s' if len(reasons) != 1 else ''}"
+    raise ConfigError(f"no configuration of the search space {what} ({count}){fix}. Per candidate: {listed}{more}")
 
 
 def best_row(frame: pd.DataFrame) -> dict[str, Any]:
