@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -590,3 +591,17 @@ def test_the_gain_sentence_says_why_the_optimizer_can_be_slower_than_1f1b() -> N
     # Not where 1F1B does not fit the memory, nor where the search was cut short: those have other causes.
     assert "slower" not in gain_sentence("x", {**baseline, "fits": False}, slower)
     assert "slower" not in gain_sentence("x", baseline, {**slower, "status": "FEASIBLE", "gap": 0.4})
+
+
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_the_gain_names_its_configuration_as_one_chunk_of_the_best_plan(chunks: int) -> None:
+    # The gain line named "... v1 ..." beside a best plan of two chunks, and read as that plan's gain.
+    from pipeplan.sizing.study import StudyResult, load_study
+
+    best = {"num_gpus": 8, "tensor_parallel": 1, "pipeline_parallel": 2, "data_parallel": 4, "microbatch_size": 1,
+            "num_chunks": chunks, "recompute": "selective"}
+    models = Path(__file__).resolve().parent.parent / "models"
+    result = StudyResult(load_study(models / "size-llama3.1-70b.yaml"), None, best, {}, {})
+    label = "8 GPUs tp1 pp2 dp4 mbs1 v1 selective"
+    assert result.gain_label == (label if chunks == 1 else
+                                 f"{label} (the best plan's sizes on one chunk per device, where 1F1B runs)")

@@ -203,10 +203,14 @@ class StudyResult:
 
     @property
     def gain_label(self) -> str:
-        """The configuration the gain is measured on, as a short label."""
+        """The configuration the gain is measured on, as a short label: the best plan's on one chunk per device,
+        where 1F1B runs (said when the best plan has more chunks, so the gain is not read as the best plan's)."""
         from pipeplan.sizing.sweep import candidate_label
 
-        return candidate_label({**self.best, "num_chunks": 1})
+        label = candidate_label({**self.best, "num_chunks": 1})
+        if int(self.best["num_chunks"]) != 1:
+            label += " (the best plan's sizes on one chunk per device, where 1F1B runs)"
+        return label
 
 
 def run_study(study: Study, time_limit_s: float | None = None,
