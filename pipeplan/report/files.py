@@ -672,7 +672,8 @@ def check_summary(summary: dict[str, Any], config: Config, timelines: dict[str, 
     if chosen not in replayed:
         raise ConfigError(f"{path}: 'chosen' is {_short(chosen)}, not a schedule in the folder; {rerun}")
     if not replayed[chosen].feasible:
-        raise mismatch(f"schedule {chosen!r} (chosen): 'feasible'", True, False)
+        raise ConfigError(f"{path}: 'chosen' is {chosen!r}, which its replay puts over the budget (a chosen "
+                          f"schedule always fits it); {rerun}")
     best = min(getattr(m, objective) for m in replayed.values() if m.feasible)
     value = getattr(replayed[chosen], objective)
     if value > best * (1 + _REPLAY_TOLERANCE) + _REPLAY_TOLERANCE:
