@@ -31,6 +31,7 @@ from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
 from pipeplan.problem import ConfigError, PipeplanError
 from pipeplan.report.files import (
+    WriteInterrupted,
     check_output_file,
     check_output_folder,
     config_record,
@@ -254,6 +255,18 @@ class _ProgressLine(_StatusLine):
 _INTERRUPTED_SEARCH = "interrupted: the search was stopped early; the results above are the best found by then"
 
 
+def _while_writing(exc: BaseException) -> str:
+    """What a Ctrl-C that ended the run left unwritten, when it came while a result was written: the write's
+    guard raises :class:`WriteInterrupted`, or hands the signal on to the handler before it, whose own
+    KeyboardInterrupt then carries the guard's as its context."""
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, WriteInterrupted):
+        seen = seen.__context__
+    if seen is None:
+        return ""
+    return f" while writing {seen.path}: nothing was written there; run the command again to write it"
+
+
 def _interrupted_late(what: str) -> str:
     """The message for a Ctrl-C that came once ``what`` had finished: the results shown are whole."""
     return f"interrupted after {what} had finished: the results above are complete"
@@ -305,7 +318,8 @@ class _Interrupts:
             raise KeyboardInterrupt
         self.first = now
         self.stop.request()
-        click.echo(f"pipeplan: interrupted: {self.finishing} (Ctrl-C again to abort)", err=True)
+        if self.finishing:  # empty while a folder is written: its own guard answers the Ctrl-C
+            click.echo(f"pipeplan: interrupted: {self.finishing} (Ctrl-C again to abort)", err=True)
 
     def _on_terminate(self, _signum: int, _frame: object) -> None:
         raise Terminated
@@ -437,48 +451,54 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
     settings = _settings(cfg, time_limit_s=time_limit, objective=objective, num_workers=workers,
                          random_seed=random_seed)
     stop = StopRequest()
-    with _Interrupts(stop), _ProgressLine(not quiet, cfg.units.time) as progress:
-        comparison = compare(cfg.problem, settings, progress=progress, stop=stop)
-    summary = comparison.summary(cfg.name)
-    summary["config"] = config_record(cfg.name, cfg.problem, settings, cfg.units)
-    if out is not None:
-        from pipeplan.report.html import REPORT_NAME, render_folder
+    # Ctrl-C after the search, while the answer is written or shown, lets that finish (the second aborts, and a
+    # folder being written is then dropped whole), as during a sweep.
+    with _Interrupts(stop) as interrupts:
+        with _ProgressLine(not quiet, cfg.units.time) as progress:
+            comparison = compare(cfg.problem, settings, progress=progress, stop=stop)
+        summary = comparison.summary(cfg.name)
+        summary["config"] = config_record(cfg.name, cfg.problem, settings, cfg.units)
+        if out is not None:
+            from pipeplan.report.html import REPORT_NAME, render_folder
 
-        def add_report(folder: Path) -> None:
-            (folder / REPORT_NAME).write_text(render_folder(folder), encoding="utf-8")
+            def add_report(folder: Path) -> None:
+                (folder / REPORT_NAME).write_text(render_folder(folder), encoding="utf-8")
 
-        with _Writing(not quiet, str(out)):
-            write_results(out, summary, comparison.timelines(), force=force, extra=add_report)
-    # A Ctrl-C after the search ended (while the other layouts were compared, say) left the answer whole. One while
-    # the folder is written drops the folder instead (nothing half-written) and ends in main's "interrupted".
-    message = _INTERRUPTED_SEARCH if comparison.optimal.interrupted else _interrupted_late("the search")
-    if fmt == "json":
-        click.echo(json.dumps(summary, indent=2))
-        _exit_if_interrupted(stop, message)
-        return
-    from pipeplan.report.tables import comparison_table, format_gap
+            interrupts.finishing = ""  # the write's guard drops the folder on a Ctrl-C, and main says so
+            with _Writing(not quiet, str(out)):
+                write_results(out, summary, comparison.timelines(), force=force, extra=add_report)
+        interrupts.finishing = (f"the search is over{' and ' + str(out) + ' written' if out else ''}: showing its "
+                                "answer")
+        # A Ctrl-C after the search ended (while the other layouts were compared or the folder written, say) left
+        # the answer whole.
+        message = _INTERRUPTED_SEARCH if comparison.optimal.interrupted else _interrupted_late("the search")
+        if fmt == "json":
+            click.echo(json.dumps(summary, indent=2))
+            _exit_if_interrupted(stop, message)
+            return
+        from pipeplan.report.tables import comparison_table, format_gap
 
-    console = _console()
-    console.print(*comparison_table(summary, cfg.units, console.width))
-    opt = comparison.optimal
-    console.print(
-        f"optimizer: {opt.status} {opt.objective_name} {opt.objective:g} {cfg.units.time}, "
-        f"bound {opt.lower_bound:g} (gap {format_gap(opt.gap)}), {opt.solve_time_s:.1f} s; order from "
-        f"{opt.source}, best warm start {opt.best_heuristic} at {opt.best_heuristic_objective:g}",
-        soft_wrap=True,
-    )
-    for note in optimizer_notes(opt):
-        console.print(note, style="yellow", soft_wrap=True)
-    for name, reason in comparison.skipped.items():
-        console.print(f"skipped {name}: {reason}", style="dim", soft_wrap=True)
-    for row in comparison.other_layouts:
+        console = _console()
+        console.print(*comparison_table(summary, cfg.units, console.width))
+        opt = comparison.optimal
         console.print(
-            f"other layout: {row['schedule']} with num_chunks: {row['num_chunks']}, placement: {row['placement']} "
-            f"reaches {opt.objective_name} {row[opt.objective_name]:g} {cfg.units.time} within the budget; set "
-            "them under pipeline: to optimize that layout", soft_wrap=True)
-    if out is not None:
-        console.print(f"wrote {out}/summary.json, metrics.csv, schedules/, report.html")
-    _exit_if_interrupted(stop, message)
+            f"optimizer: {opt.status} {opt.objective_name} {opt.objective:g} {cfg.units.time}, "
+            f"bound {opt.lower_bound:g} (gap {format_gap(opt.gap)}), {opt.solve_time_s:.1f} s; order from "
+            f"{opt.source}, best warm start {opt.best_heuristic} at {opt.best_heuristic_objective:g}",
+            soft_wrap=True,
+        )
+        for note in optimizer_notes(opt):
+            console.print(note, style="yellow", soft_wrap=True)
+        for name, reason in comparison.skipped.items():
+            console.print(f"skipped {name}: {reason}", style="dim", soft_wrap=True)
+        for row in comparison.other_layouts:
+            console.print(
+                f"other layout: {row['schedule']} with num_chunks: {row['num_chunks']}, placement: "
+                f"{row['placement']} reaches {opt.objective_name} {row[opt.objective_name]:g} {cfg.units.time} "
+                "within the budget; set them under pipeline: to optimize that layout", soft_wrap=True)
+        if out is not None:
+            console.print(f"wrote {out}/summary.json, metrics.csv, schedules/, report.html")
+        _exit_if_interrupted(stop, message)
 
 
 @cli.command(short_help="Re-render report.html from a result folder.")
@@ -1016,8 +1036,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         click.echo(f"pipeplan: error: {exc.format_message().rstrip('.')}{hint}", err=True)
         return exc.exit_code
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("pipeplan: interrupted", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        click.echo(f"pipeplan: interrupted{_while_writing(exc)}", err=True)
         return INTERRUPTED
     except (Terminated, SystemExit) as exc:
         # SystemExit: Ray's driver handler, in place while a local Ray cluster starts, exits with SIGTERM's number.

@@ -37,4 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if interrupted:
         print("pipeplan: interrupted", file=sys.stderr)
         return _INTERRUPTED
-    return run(argv)
+    code = run(argv)
+    if held:
+        # The run is over and has said what it did: a Ctrl-C while the interpreter shuts down (unloading OR-Tools'
+        # threads takes a moment) would end the process by the signal, status 130 without a word.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code

@@ -234,6 +234,26 @@ def test_a_ctrl_c_after_the_search_ended_says_the_answer_is_whole(
     assert "stopped early" not in captured.err
 
 
+def test_a_ctrl_c_while_the_answer_is_shown_says_the_folder_is_whole(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path
+) -> None:
+    # Once the folder was written, a Ctrl-C while the table was printed ended in a bare "pipeplan: interrupted",
+    # the same words as one that dropped the folder: now the table is finished and the last line says all is whole.
+    import pipeplan.report.tables
+
+    monkeypatch.setattr(pipeplan.report.tables, "comparison_table",
+                        ctrl_c_after(pipeplan.report.tables.comparison_table))
+    out = tmp_path / "out"
+    code = main(["solve", config, "--time-limit", "1", "--quiet", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == INTERRUPTED
+    assert f"pipeplan: interrupted: the search is over and {out} written: showing its answer" in captured.err
+    assert captured.err.strip().splitlines()[-1] == ("pipeplan: interrupted after the search had finished: the "
+                                                     "results above are complete")
+    assert "optimizer: " in captured.out and f"wrote {out}/summary.json" in captured.out
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["interrupted"] is False
+
+
 def test_a_stop_request_sent_to_another_process_arrives_fresh() -> None:
     """A sweep's task carries the stop request; pickled for a worker process it is a new, unrequested one (the
     parent ends its workers itself), and a requested one stays requested in this process."""

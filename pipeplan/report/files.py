@@ -240,9 +240,10 @@ class WriteInterrupted(KeyboardInterrupt):
     Raised only when the signal's own handler, called again after the cleanup, did not end the run itself.
     """
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name} while writing")
+    def __init__(self, signum: int, path: Path) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name} while writing {path}")
         self.signum = signum
+        self.path = path  # what was being written (nothing of it is left)
 
 
 class _SignalGuard:
@@ -256,7 +257,8 @@ class _SignalGuard:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path  # what is being written
         self.previous: dict[int, Any] = {}  # keyed by signal number: the handler to restore
         self.pending: int | None = None
         self.holding = False
@@ -266,7 +268,7 @@ class _SignalGuard:
             self.pending = signum
         if not self.holding:
             self.holding = True
-            raise WriteInterrupted(signum)
+            raise WriteInterrupted(signum, self.path)
 
     def __enter__(self) -> _SignalGuard:
         if threading.current_thread() is threading.main_thread():
@@ -390,7 +392,7 @@ def write_folder(out: Path, force: bool, fill: Callable[[Path], None]) -> None:
     except OSError as exc:
         raise ConfigError(f"cannot create the parent folders of {str(out)!r} ({exc.strerror}); pick another --out") \
             from None
-    with _SignalGuard() as guard:
+    with _SignalGuard(out) as guard:
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
         try:
             staging.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the result is an ordinary folder
@@ -725,7 +727,7 @@ def write_file(path: Path, text: str, force: bool = False) -> None:
     if not os.path.lexists(path.parent):
         check_creatable(path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
-    with _SignalGuard() as guard:
+    with _SignalGuard(path) as guard:
         try:
             handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         except OSError as exc:
