@@ -154,7 +154,7 @@ def simulate_cmd(config: str, schedule_name: str | None, torch_csv: Path | None,
     \b
     Examples:
       pipeplan simulate models/seed-8x64.yaml --schedule 1f1b
-      pipeplan simulate models/v-4x8.yaml --from-torch-csv zbv.csv
+      pipeplan simulate models/v-4x8.yaml --from-torch-csv models/torch-dualpipev-4x8.csv
     """
     if schedule_name is None and torch_csv is None:
         raise click.UsageError("Missing option '--schedule' NAME, or give '--from-torch-csv' FILE instead (one "

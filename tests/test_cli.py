@@ -521,6 +521,12 @@ def test_report_and_export_name_the_command_that_wrote_a_folder(
             assert f"was written by 'pipeplan {command} --out' (its page: {page}); give a folder written by " \
                    "'pipeplan solve --out'" in err, argv
         assert (folder / "report.html").read_text(encoding="utf-8") == "<html></html>\n"
+    # A size folder's best plan is a config that solve takes: the message says how.
+    (tmp_path / "size" / "best.yaml").write_text("pipeline: {num_stages: 2, num_microbatches: 4}\n", encoding="utf-8")
+    code, _, err = run(capsys, "export", str(tmp_path / "size"))
+    assert code == USER_ERROR and err.count("\n") == 1
+    assert f"(its best plan as a config: 'pipeplan solve {tmp_path / 'size' / 'best.yaml'} --out DIR' writes one)" \
+        in err
 
 
 def test_import_pipeplan_loads_nothing_heavy() -> None:

@@ -198,3 +198,11 @@ def test_saved_html_embeds_plotly_unless_asked_not_to(tmp_path: Path) -> None:
     assert "* plotly.js v" in text and "<script src" not in text
     (html,) = save(fig, tmp_path / "cdn", png=False, self_contained=False)
     assert 'src="https://cdn.plot.ly/plotly-' in html.read_text(encoding="utf-8")
+
+
+def test_a_figure_saved_twice_writes_the_same_file(tmp_path: Path) -> None:
+    # plotly names a figure's div by a random id: every run of the figure scripts changed the tracked HTML.
+    fig = gantt(simulate(SPLIT, generate("1f1b", SPLIT)))
+    first = save(fig, tmp_path / "a" / "gantt", png=False, self_contained=False)[0].read_bytes()
+    second = save(fig, tmp_path / "b" / "gantt", png=False, self_contained=False)[0].read_bytes()
+    assert first == second and b'id="gantt"' in first

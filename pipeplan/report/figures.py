@@ -34,6 +34,11 @@ DEVICE_COLOURS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A
 SYSTEM_CHROMIUM = Path("/usr/bin/chromium")
 
 
+def slug(name: str) -> str:
+    """``name`` as an HTML id: letters, digits and dashes."""
+    return "".join(c if c.isalnum() or c == "-" else "-" for c in name) or "figure"
+
+
 def _device_label(device: int) -> str:
     return f"device {device}"
 
@@ -381,7 +386,8 @@ def save(
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     html = target.with_suffix(".html")
-    fig.write_html(html, include_plotlyjs=True if self_contained else "cdn")
+    # The figure's div named after the file, not a random id: the same figure writes the same file every time.
+    fig.write_html(html, include_plotlyjs=True if self_contained else "cdn", div_id=slug(target.stem))
     written = [html]
     if not png:
         return written

@@ -530,8 +530,10 @@ def read_summary(folder: Path) -> dict[str, Any]:
                           "'pipeplan solve --out'")
     for marker, (command, page) in _SWEEP_RESULTS.items():
         if (folder / marker).is_file() and not (folder / "summary.json").exists():
+            also = (f" (its best plan as a config: 'pipeplan solve {folder / 'best.yaml'} --out DIR' writes one)"
+                    if (folder / "best.yaml").is_file() else "")
             raise ConfigError(f"{str(folder)!r} was written by 'pipeplan {command} --out' (its page: {page}); give "
-                              "a folder written by 'pipeplan solve --out'")
+                              f"a folder written by 'pipeplan solve --out'{also}")
     summary = _read_json(folder / "summary.json", folder)
     _check_shape(summary, folder / "summary.json")
     if "config" not in summary:

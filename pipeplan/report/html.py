@@ -22,7 +22,7 @@ from plotly.offline import get_plotlyjs
 
 from pipeplan import __version__
 from pipeplan.config import Config, Units
-from pipeplan.report.figures import gantt, memory_per_device, utilization_bars
+from pipeplan.report.figures import gantt, memory_per_device, slug, utilization_bars
 from pipeplan.report.files import Results, read_results
 from pipeplan.report.tables import format_gap
 from pipeplan.simulate import Timeline
@@ -225,7 +225,7 @@ def build_report(results: Results) -> str:
                  f"bubble {_pct(row['bubble'])}, peak memory {_num(row['peak_memory'])} {units.memory}")
         fig = gantt(timeline, title=title, time_unit=units.time, labels=True)
         fig.update_xaxes(range=[0, end])  # one time scale for every chart on the page
-        parts.append(_figure(fig, f"gantt-{_slug(timeline.schedule.name)}"))
+        parts.append(_figure(fig, f"gantt-{slug(timeline.schedule.name)}"))
     parts.append("<h2>Activation memory per device</h2>")
     memory = memory_per_device(shown, title="Live activation memory over time (budget dashed)",
                                time_unit=units.time, memory_unit=units.memory)
@@ -243,11 +243,7 @@ def build_report(results: Results) -> str:
 
 def figure_ids(results: Results) -> list[str]:
     """The ids of the figure divs :func:`build_report` writes, in page order."""
-    return [f"gantt-{_slug(t.schedule.name)}" for t in _shown(results)] + ["memory", "utilization"]
-
-
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() or c == "-" else "-" for c in name)
+    return [f"gantt-{slug(t.schedule.name)}" for t in _shown(results)] + ["memory", "utilization"]
 
 
 def render_folder(folder: Path | str) -> str:
