@@ -44,6 +44,8 @@ from pipeplan.schedules import generate, names
 from pipeplan.simulate import simulate
 from pipeplan.solver import Progress, SolveResult, StopRequest
 
+log = logging.getLogger(__name__)
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Exit status for a user error (bad config, flag or budget), as click uses for usage errors.
@@ -367,9 +369,17 @@ def _settings(cfg: Config, **overrides: Any) -> SolverSettings:
 
 
 def _refuse_existing(out: Path | None, force: bool) -> None:
-    """Fail early, before a long solve, when --out may not be replaced or cannot be created."""
+    """Fail early, before a long solve, when --out may not be replaced or cannot be created; warn that --force
+    does nothing without --out."""
     if out is not None:
         check_output_folder(out, force)
+    elif force:
+        log.warning("--force does nothing without --out DIR (it lets pipeplan replace that folder)")
+
+
+def _warn_refresh_without_store(refresh: bool, store: Any) -> None:
+    if refresh and store is None:
+        log.warning("--refresh does nothing without a store (--out DIR or --store FILE): every task runs anyway")
 
 
 class _OutPath(click.Path):
@@ -826,6 +836,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     if tasks:
         with _Interrupts(stop, _SWEEP_STOPPING), _SweepPlace(out, force, store_path, jobs, ray_address) as place, \
                 _TaskProgress(quiet, show_progress) as task_progress:
+            _warn_refresh_without_store(refresh, place.store)
             rows = frontier(cfg.problem, sweep, settings, stop=stop, executor=place.executor, store=place.store,
                             refresh=refresh, task_progress=task_progress, stats=stats)
             written = bool(rows) or not stop.requested  # stopped before any budget finished: nothing to write
@@ -833,6 +844,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
                 _write_frontier(out, place.force, rows, cfg, settings, no_png, place.add_store_copy)
     else:
         _refuse_existing(out, force)
+        _warn_refresh_without_store(refresh, None)
         with _Interrupts(stop), _ProgressLine(not quiet, cfg.units.time, cfg.units.memory) as progress:
             rows = frontier(cfg.problem, sweep, settings, progress=progress, stop=stop)
         written = True
@@ -935,6 +947,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     stop = StopRequest()
     with _Interrupts(stop, _SWEEP_STOPPING), _SweepPlace(out, force, store_path, jobs, ray_address) as place, \
             _TaskProgress(quiet, show_progress) as progress:
+        _warn_refresh_without_store(refresh, place.store)
         result = run_study(loaded, time_limit_s=time_limit, progress=progress, executor=place.executor,
                            store=place.store, refresh=refresh, stop=stop)
         # A Ctrl-C after the last task finished still keeps the folder from being written, as one during the sweep

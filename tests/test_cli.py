@@ -7,6 +7,7 @@ folders are checked to be written atomically and never clobbered without ``--for
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -637,3 +638,17 @@ def test_output_closed_by_its_reader_exits_141_quietly(argv: list[str], tmp_path
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_force_or_refresh_without_a_place_to_act_on_is_said(capsys: pytest.CaptureFixture[str],
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    # Both were accepted silently: a user who meant to pass --out or --store was not told it was missing.
+    with caplog.at_level(logging.WARNING, logger="pipeplan.cli"):
+        code, _, err = run(capsys, "solve", TINY, "--time-limit", "1", "--quiet", "--force")
+        assert code == 0, err
+        code, _, err = run(capsys, "frontier", TINY, "--budgets", "4:5:1", "--time-limit", "1", "--quiet",
+                           "--refresh")
+        assert code == 0, err
+    assert [r.getMessage() for r in caplog.records if r.name == "pipeplan.cli"] == [
+        "--force does nothing without --out DIR (it lets pipeplan replace that folder)",
+        "--refresh does nothing without a store (--out DIR or --store FILE): every task runs anyway"]
