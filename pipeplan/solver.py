@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -1010,7 +1011,11 @@ def _settings(settings: SolverSettings | None, **overrides: Any) -> SolverSettin
     """``settings`` (or the defaults) with the given fields replaced; None leaves a field as it is."""
     changes = {key: value for key, value in overrides.items() if value is not None}
     base = settings if settings is not None else SolverSettings()
-    return replace(base, **changes) if changes else base
+    try:
+        return replace(base, **changes) if changes else base
+    except ConfigError as exc:  # a keyword's value: named as the caller wrote it, not as the config's field
+        raise ConfigError(re.sub(r"\bsolver\.(\w+)", lambda m: m[1] if m[1] in changes else m[0], str(exc))) \
+            from None
 
 
 def _check_budget(problem: Problem) -> None:

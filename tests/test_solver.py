@@ -25,6 +25,7 @@ from pipeplan import (
     OpKind,
     Problem,
     Schedule,
+    SolverSettings,
     Timeline,
     compute_metrics,
     cpsat,
@@ -596,11 +597,16 @@ def test_search_status_says_what_cp_sat_did() -> None:
 
 
 def test_settings_outside_cp_sat_ranges_are_config_errors() -> None:
+    # Named by solve's own keywords (they were named as the config's solver.* fields); in settings, as fields.
     problem = Problem.build(**FAMILY_4X8)
-    with pytest.raises(ConfigError, match="solver.num_workers must be a whole number from 1 to 10000"):
+    with pytest.raises(ConfigError, match="^num_workers must be a whole number from 1 to 10000"):
         solve(problem, num_workers=100_000)
-    with pytest.raises(ConfigError, match="solver.random_seed must be a whole number from 0 to 2147483647"):
+    with pytest.raises(ConfigError, match="^random_seed must be a whole number from 0 to 2147483647"):
         solve(problem, random_seed=2**31)
+    with pytest.raises(ConfigError, match="^time_limit_s must be a positive number of seconds, got 0"):
+        solve(problem, time_limit_s=0)
+    with pytest.raises(ConfigError, match="^solver.num_workers must be a whole number"):
+        solve(problem, SolverSettings(num_workers=0))
 
 
 def test_large_models_give_the_whole_model_search_a_smaller_share() -> None:
