@@ -1006,11 +1006,18 @@ def presets_cmd(study: str | None) -> None:
         from pipeplan.sizing.study import load_study
 
         kwargs = load_study(study).sweep_kwargs
-        for title, record in (("model", asdict(load_model(kwargs["model"]))),
-                              ("hardware", asdict(load_hardware(kwargs["hardware"])))):
+        for title, load, presets in (("model", load_model, model_presets()),
+                                     ("hardware", load_hardware, hardware_presets())):
+            record = asdict(load(kwargs[title]))
+            # A preset with the study's overrides: each field the study changed says so, beside the preset's value.
+            preset = asdict(load(record["name"])) if record["name"] in presets else record
+            changed = [key for key, value in record.items() if value != preset[key]]
             click.echo(f"{title}:")
             for key, value in record.items():
-                click.echo(f"  {key}: {value}")
+                note = f"  # the study's; the preset has {preset[key]}" if key in changed else ""
+                if key == "source" and changed:
+                    note = f"  # the preset's numbers; the study changed {', '.join(changed)}"
+                click.echo(f"  {key}: {value}{note}")
         return
     click.echo("models:")
     width = max(len(name) for name in model_presets())

@@ -273,8 +273,12 @@ def test_presets_with_a_study_prints_its_resolved_records(capsys: pytest.Capture
     study = write_study(tmp_path, {**GOOD, "hardware": {"preset": "h100-80gb", "matmul_efficiency": 0.6}})
     code, stdout, _ = run(capsys, "presets", study)
     assert code == 0
-    assert "  num_kv_heads: 4" in stdout and "  matmul_efficiency: 0.6" in stdout and "  peak_tflops: 989" in stdout
+    assert "  num_kv_heads: 4" in stdout and "  peak_tflops: 989\n" in stdout
+    # What the study changed in a preset says so (it printed the preset's name and source as if nothing had).
+    assert "  matmul_efficiency: 0.6  # the study's; the preset has 0.78\n" in stdout
     assert "source: NVIDIA H100" in stdout
+    assert "  # the preset's numbers; the study changed matmul_efficiency\n" in stdout
+    assert "the study" not in stdout.split("hardware:")[0]  # the model is a mapping of its own, not a preset
 
 
 def test_the_shipped_study_example_loads() -> None:
