@@ -624,3 +624,6 @@ def test_an_optimizer_row_a_hair_faster_than_a_named_schedule_ranks_below_it() -
     assert [(r.num_gpus, r.schedule) for r in ranked(frame).itertuples()] == [
         (8, "zb-v"), (8, "optimal"), (16, "optimal"), (16, "zb-v"), (16, "interleaved-1f1b")]
     assert ranked(frame)["tokens_per_s"].tolist() == [100.0, 100.4, 99.0, 90.0, 99.9]  # shown as they are
+    from pipeplan.report.sizing import best_per_gpu_count
+
+    assert best_per_gpu_count(ranked(frame))["schedule"].tolist() == ["zb-v", "optimal"]  # as the ranking says

@@ -77,10 +77,9 @@ def top_table(title: str, frame: pd.DataFrame, top: int, width: int | None = Non
 
 
 def best_per_gpu_count(frame: pd.DataFrame) -> pd.DataFrame:
-    """The fastest fitting row for each GPU count, fewest GPUs first."""
-    fitting = frame[frame["fits"]]
-    return fitting.sort_values("tokens_per_s", ascending=False).groupby("num_gpus", sort=True).head(1).sort_values(
-        "num_gpus")
+    """The best fitting row for each GPU count, fewest GPUs first: the first in ``frame``, a sweep's rows in their
+    ranking (:func:`~pipeplan.sizing.sweep.ranked`)."""
+    return frame[frame["fits"]].groupby("num_gpus", sort=True).head(1).sort_values("num_gpus", kind="stable")
 
 
 def per_gpu_count_table(title: str, frame: pd.DataFrame, width: int | None = None) -> list[Table]:
