@@ -100,7 +100,7 @@ def peak_memory_per_device(timeline: Timeline) -> list[float]:
 
 def order_peaks(problem: Problem, schedule: Schedule) -> list[float] | None:
     """The peak live activation memory of each device from ``schedule``'s orders alone, without a replay; None
-    when some op of ``problem`` takes no time.
+    when some op of ``problem`` takes no time, or a time too small to move a float at the step's scale.
 
     A device runs its ops one after another, so when every op takes time, each op starts strictly after the ones
     before it on its device started, and ends strictly before the ones after it end. At the start of a forward
@@ -109,10 +109,11 @@ def order_peaks(problem: Problem, schedule: Schedule) -> list[float] | None:
     forward's own activation; memory only grows at a forward's start, so the largest such sum is the device's
     peak, the same number :func:`peak_memory_per_device` reads from the replay (added in the same order). With
     ops of no time, ops on one device can start and end at one instant and the order alone does not say which
-    of them come first in time.
+    of them come first in time; so too with an op time below the float spacing at its start (a start of 1e7
+    plus 1e-10 is still 1e7), hence the margin against the longest any step takes.
     """
     costs = problem.forward + problem.backward + (problem.backward_weight if problem.split_backward else ())
-    if min(costs) <= 0:
+    if min(costs) <= problem.total_time() * 2.0**-40:
         return None
     peaks = []
     for order in schedule.orders:

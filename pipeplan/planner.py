@@ -256,7 +256,7 @@ def evaluate_named(problem: Problem, fitting_only: bool = False) -> tuple[list[E
     named: list[Evaluated] = []
     built, skipped = schedules.generate_applicable(problem)
     for schedule in built:
-        if fitting_only:
+        if fitting_only and problem.budget is not None:
             peaks = order_peaks(problem, schedule)
             if peaks is not None and not within_budget(peaks, problem.budget):
                 continue

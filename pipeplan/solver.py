@@ -387,8 +387,9 @@ def warm_starts(problem: Problem, objective: str, extra: Sequence[Schedule] = ()
 
     ``named`` are the registered schedules already replayed on ``problem`` with their metrics (as
     :func:`pipeplan.planner.compare` has them); when None they are generated and replayed here.
-    The named schedules (unless a stop was requested before the call), GPipe one microbatch at a time (which fits
-    any budget that admits a schedule) and the ``extra`` ones always run; the greedy list schedulers, interleaved
+    The named schedules (``named`` as given; else unless a stop was requested before the call), GPipe one
+    microbatch at a time (which fits any budget that admits a schedule) and the ``extra`` ones always run; the
+    greedy list schedulers, interleaved
     zero bubble with smaller groups (:func:`~pipeplan.schedules.interleaved_zb.smaller_groups`), the periodic
     pattern (:mod:`pipeplan.periodic`), V-Min and V-Half fitted to the budget
     (:func:`~pipeplan.schedules.controllable.fitted`) and the lattice (:mod:`pipeplan.lattice`, for at most

@@ -295,3 +295,9 @@ def test_plan_accepts_numpy_scalars() -> None:
     assert result["chosen"]["makespan"] == pytest.approx(213.0)
     with pytest.raises(ConfigError, match="memory_budget must be a finite number"):
         plan(num_stages=4, total_microbatches=8, memory_budget=np.bool_(True))
+
+
+def test_peaks_from_orders_need_op_times_that_move_a_float() -> None:
+    # An op of 1e-10 starting at 1e7 ends where it starts: the orders then said 1 where the replay says 0.
+    tiny = Problem.build(num_stages=2, num_microbatches=4, forward=1e-10, backward=1e-10, comm=1e7, budget=1)
+    assert order_peaks(tiny, generate("gpipe", tiny)) is None

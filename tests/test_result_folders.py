@@ -295,11 +295,21 @@ def _solve_folder_with_notes(out: Path) -> None:
     (out / "notes.txt").write_text("mine", encoding="utf-8")
 
 
+def _solve_folder_with_folders_named_like_a_browsers_files(out: Path) -> None:
+    """A real result folder beside which the user keeps folders whose names a file browser uses for its files."""
+    assert main([*SOLVE, "--out", str(out)]) == 0
+    for name in ("._my-notes", "Thumbs.db"):
+        (out / name).mkdir()
+        (out / name / "data.txt").write_text("precious", encoding="utf-8")
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (_project, "holds what pipeplan does not write (src)"),
     (_fake_store, "is not a pipeplan result folder (no summary.json"),
     (_solve_folder_with_notes, "holds what pipeplan does not write (notes.txt)"),
-], ids=["project", "text-named-store", "result-with-notes"])
+    (_solve_folder_with_folders_named_like_a_browsers_files, "holds what pipeplan does not write (._my-notes, "
+     "Thumbs.db)"),
+], ids=["project", "text-named-store", "result-with-notes", "folders-named-like-browser-files"])
 def test_force_never_replaces_a_folder_holding_what_pipeplan_does_not_write(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, make: object, message: str) -> None:
     # A file named summary.json or store.sqlite used to be proof enough: --force deleted the user's src/main.c.

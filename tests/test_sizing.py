@@ -624,6 +624,11 @@ def test_an_optimizer_row_a_hair_faster_than_a_named_schedule_ranks_below_it() -
     assert [(r.num_gpus, r.schedule) for r in ranked(frame).itertuples()] == [
         (8, "zb-v"), (8, "optimal"), (16, "optimal"), (16, "zb-v"), (16, "interleaved-1f1b")]
     assert ranked(frame)["tokens_per_s"].tolist() == [100.0, 100.4, 99.0, 90.0, 99.9]  # shown as they are
+    # A frame whose labels repeat (two sweeps concatenated) ranks by its rows, not by their labels.
+    joined = pd.concat([pd.DataFrame([row(16, "optimal", 99.0), row(16, "zb-v", 90.0)]),
+                        pd.DataFrame([row(8, "optimal", 100.4), row(8, "zb-v", 100.0)])])
+    assert [(r.num_gpus, r.schedule) for r in ranked(joined).itertuples()] == [
+        (8, "zb-v"), (8, "optimal"), (16, "optimal"), (16, "zb-v")]
     from pipeplan.report.sizing import best_per_gpu_count
 
     assert best_per_gpu_count(ranked(frame))["schedule"].tolist() == ["zb-v", "optimal"]  # as the ranking says

@@ -123,15 +123,18 @@ _RESULT_ENTRIES = frozenset({"summary.json", "metrics.csv", "report.html", "sche
 _BROWSER_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 
 
-def _browsers(name: str) -> bool:
-    return name in _BROWSER_FILES or name.startswith("._")
+def _browsers(entry: Path) -> bool:
+    """Whether ``entry`` is a file a file browser leaves (:data:`_BROWSER_FILES`, or ``._NAME``): a regular file,
+    so that a folder of the user's with such a name is never taken for one."""
+    named = entry.name in _BROWSER_FILES or entry.name.startswith("._")
+    return named and entry.is_file() and not entry.is_symlink()
 
 
 def _ours(name: str) -> bool:
     """Whether pipeplan writes an entry called ``name`` at the top of a result folder: one of
     :data:`_RESULT_ENTRIES`, a torch CSV ``pipeplan export`` wrote there, or the temporary file of a write into it
-    that was killed (``.report.html.XXXX``); a file browser's (:data:`_BROWSER_FILES`) goes with them."""
-    if name in _RESULT_ENTRIES or name.endswith(".torch.csv") or _browsers(name):
+    that was killed (``.report.html.XXXX``)."""
+    if name in _RESULT_ENTRIES or name.endswith(".torch.csv"):
         return True
     return name.startswith(".") and any(name.startswith(f".{entry}.") for entry in _RESULT_ENTRIES)
 
@@ -139,12 +142,12 @@ def _ours(name: str) -> bool:
 def foreign_entries(path: Path) -> list[str]:
     """The entries of the folder ``path`` that pipeplan does not write there (``schedules`` holds only .json
     files), sorted; at most the first 10,000 looked at."""
-    foreign = [entry.name for _, entry in zip(range(10_000), path.iterdir()) if not _ours(entry.name)]
+    foreign = [entry.name for _, entry in zip(range(10_000), path.iterdir())
+               if not (_ours(entry.name) or _browsers(entry))]
     schedules = path / "schedules"
     if schedules.is_dir() and not schedules.is_symlink():
         foreign += [f"schedules/{entry.name}" for _, entry in zip(range(10_000), schedules.iterdir())
-                    if (entry.suffix != ".json" and not _browsers(entry.name)) or entry.is_symlink()
-                    or not entry.is_file()]
+                    if not _browsers(entry) and (entry.suffix != ".json" or entry.is_symlink() or not entry.is_file())]
     elif os.path.lexists(schedules):
         foreign.append("schedules")
     return sorted(foreign)

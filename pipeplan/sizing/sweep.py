@@ -300,6 +300,7 @@ def sweep_with_stats(
 def ranked(frame: pd.DataFrame) -> pd.DataFrame:
     """A sweep's rows best first: those that fit, then those that ran, each by tokens/s as
     :func:`_ranking_throughput` counts it; among equals, named schedules before the optimizer."""
+    frame = frame.reset_index(drop=True)  # labels as positions: the ranking's speeds are set by label
     order = frame.assign(_ran=frame["skipped"].isna(), _fits=frame["fits"], _tps=_ranking_throughput(frame),
                          _optimal=frame["schedule"] == OPTIMAL)
     order = order.sort_values(["_fits", "_ran", "_tps", "_optimal"], ascending=[False, False, False, True],
