@@ -37,9 +37,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if interrupted:
         print("pipeplan: interrupted", file=sys.stderr)
         return _INTERRUPTED
-    code = run(argv)
-    if held:
-        # The run is over and has said what it did: a Ctrl-C while the interpreter shuts down (unloading OR-Tools'
-        # threads takes a moment) would end the process by the signal, status 130 without a word.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return code
+    return run(argv)
+
+
+def console() -> None:
+    """The ``pipeplan`` command: :func:`main`, then exit with its status. The run is over and has said what it did,
+    so Ctrl-C is ignored from then on: one while the interpreter shuts down (unloading OR-Tools' threads takes a
+    moment) would end the process by the signal, status 130 without a word."""
+    code = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)

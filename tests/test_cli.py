@@ -581,11 +581,15 @@ def test_a_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback() -
 
 def test_a_ctrl_c_once_the_command_has_finished_is_ignored() -> None:
     """After the command has run and said what it did, the interpreter's shutdown ignores Ctrl-C: it used to end
-    the process by the signal, status 130 and not a word, after a complete run."""
-    code = ("import signal, sys\nfrom pipeplan.entry import main\nstatus = main(['--version'])\n"
-            "assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN\nsys.exit(status)")
+    the process by the signal, status 130 and not a word, after a complete run. main() itself, which a script
+    may call, leaves Ctrl-C as it found it."""
+    code = ("import atexit, signal, sys\nfrom pipeplan.entry import console, main\n"
+            "assert main(['--version']) == 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+            "atexit.register(lambda: print('at exit, Ctrl-C ignored:', signal.getsignal(signal.SIGINT) == "
+            "signal.SIG_IGN))\nsys.argv = ['pipeplan', '--version']\nconsole()")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0 and __version__ in done.stdout, done.stderr
+    assert done.stdout.endswith("at exit, Ctrl-C ignored: True\n")
 
 
 def test_text_from_a_config_is_printed_as_written_not_read_as_markup(capsys: pytest.CaptureFixture[str],
