@@ -1008,13 +1008,18 @@ def presets_cmd(study: str | None) -> None:
         kwargs = load_study(study).sweep_kwargs
         for title, load, presets in (("model", load_model, model_presets()),
                                      ("hardware", load_hardware, hardware_presets())):
-            record = asdict(load(kwargs[title]))
-            # A preset with the study's overrides: each field the study changed says so, beside the preset's value.
-            preset = asdict(load(record["name"])) if record["name"] in presets else record
-            changed = [key for key, value in record.items() if value != preset[key]]
+            raw = kwargs[title]
+            record = asdict(load(raw))
+            # A preset with the study's overrides (preset: NAME beside the fields it changes): each field the study
+            # changed says so, beside the preset's value. A plain preset name changes nothing; a file is its own.
+            base = raw.get("preset") if isinstance(raw, dict) else raw if isinstance(raw, str) else None
+            preset = asdict(load(base)) if isinstance(base, str) and base in presets else record
+            changed = [key for key, value in record.items() if key not in ("name", "source") and value != preset[key]]
             click.echo(f"{title}:")
             for key, value in record.items():
                 note = f"  # the study's; the preset has {preset[key]}" if key in changed else ""
+                if key == "name" and value != preset["name"]:
+                    note = f"  # the study's, from the preset {preset['name']}"
                 if key == "source" and changed:
                     note = f"  # the preset's numbers; the study changed {', '.join(changed)}"
                 click.echo(f"  {key}: {value}{note}")

@@ -279,6 +279,11 @@ def test_presets_with_a_study_prints_its_resolved_records(capsys: pytest.Capture
     assert "source: NVIDIA H100" in stdout
     assert "  # the preset's numbers; the study changed matmul_efficiency\n" in stdout
     assert "the study" not in stdout.split("hardware:")[0]  # the model is a mapping of its own, not a preset
+    # Renamed, even to another preset's name: compared with the preset it came from.
+    study = write_study(tmp_path, {**GOOD, "hardware": {"preset": "a100-80gb", "name": "h100-80gb"}})
+    code, stdout, _ = run(capsys, "presets", study)
+    assert code == 0 and "  name: h100-80gb  # the study's, from the preset a100-80gb\n" in stdout
+    assert "  peak_tflops: 312\n" in stdout and "the preset has" not in stdout
 
 
 def test_the_shipped_study_example_loads() -> None:
