@@ -266,7 +266,7 @@ def _while_writing(exc: BaseException) -> str:
         seen = seen.__context__
     if seen is None:
         return ""
-    return f" while writing {seen.path}: nothing was written there; run the command again to write it"
+    return f" while writing {seen.path}: its results were not written; run the command again to write them"
 
 
 def _interrupted_late(what: str) -> str:
@@ -834,13 +834,15 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     stop = StopRequest()
     stats: dict[str, Any] = {}
     if tasks:
-        with _Interrupts(stop, _SWEEP_STOPPING), _SweepPlace(out, force, store_path, jobs, ray_address) as place, \
+        with _Interrupts(stop, _SWEEP_STOPPING) as interrupts, \
+                _SweepPlace(out, force, store_path, jobs, ray_address) as place, \
                 _TaskProgress(quiet, show_progress) as task_progress:
             _warn_refresh_without_store(refresh, place.store)
             rows = frontier(cfg.problem, sweep, settings, stop=stop, executor=place.executor, store=place.store,
                             refresh=refresh, task_progress=task_progress, stats=stats)
             written = bool(rows) or not stop.requested  # stopped before any budget finished: nothing to write
             if written:
+                interrupts.finishing = ""  # a Ctrl-C now stops the write, and main says so
                 _write_frontier(out, place.force, rows, cfg, settings, no_png, place.add_store_copy)
     else:
         _refuse_existing(out, force)
@@ -945,15 +947,18 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     if jobs is None and ray_address is None:
         jobs = int(loaded.sweep_kwargs.get("processes", 1))
     stop = StopRequest()
-    with _Interrupts(stop, _SWEEP_STOPPING), _SweepPlace(out, force, store_path, jobs, ray_address) as place, \
+    with _Interrupts(stop, _SWEEP_STOPPING) as interrupts, \
+            _SweepPlace(out, force, store_path, jobs, ray_address) as place, \
             _TaskProgress(quiet, show_progress) as progress:
         _warn_refresh_without_store(refresh, place.store)
         result = run_study(loaded, time_limit_s=time_limit, progress=progress, executor=place.executor,
                            store=place.store, refresh=refresh, stop=stop)
         # A Ctrl-C after the last task finished still keeps the folder from being written, as one during the sweep
-        # does (the same command then writes it from the store); one while it is written lets it finish.
+        # does (the same command then writes it from the store); one while it is written stops the write, and main
+        # says so.
         written = False
         if out is not None and not stop.requested:
+            interrupts.finishing = ""
             write_size_folder(out, place.force, result, top, extra=place.add_store_copy)
             written = True
     console = _console()

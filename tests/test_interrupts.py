@@ -254,6 +254,28 @@ def test_a_ctrl_c_while_the_answer_is_shown_says_the_folder_is_whole(
     assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["interrupted"] is False
 
 
+def test_a_ctrl_c_while_a_sweep_writes_its_folder_says_what_was_left(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path
+) -> None:
+    # Every budget had finished; the Ctrl-C came while the folder was written. It said "stopping the sweep;
+    # finished tasks are kept", then "nothing was written there" beside the store the folder keeps.
+    import pipeplan.report.figures
+
+    real_save = pipeplan.report.figures.save
+    monkeypatch.setattr(pipeplan.report.figures, "save", ctrl_c_after(real_save))
+    out = tmp_path / "frontier"
+    code = main(frontier_in_process(config, "5:5:1", "1", out))
+    captured = capsys.readouterr()
+    assert code == INTERRUPTED
+    assert [line for line in captured.err.splitlines() if line.startswith("pipeplan:")] == [
+        f"pipeplan: interrupted while writing {out}: its results were not written; run the command again to write "
+        "them"]
+    assert [p.name for p in out.iterdir()] == ["store.sqlite"]
+    monkeypatch.setattr(pipeplan.report.figures, "save", real_save)
+    assert main(frontier_in_process(config, "5:5:1", "1", out)) == 0  # the same command writes it from the store
+    assert "1 of 1 results came from the store" in capsys.readouterr().out
+
+
 def test_a_stop_request_sent_to_another_process_arrives_fresh() -> None:
     """A sweep's task carries the stop request; pickled for a worker process it is a new, unrequested one (the
     parent ends its workers itself), and a requested one stays requested in this process."""

@@ -217,8 +217,8 @@ def test_a_signal_while_writing_leaves_the_folder_complete_or_absent(
     if signum == signal.SIGINT:
         assert proc.returncode == 130, err
         # It used to say only "pipeplan: interrupted", as after a folder written in full.
-        assert err.strip().splitlines()[-1] == (f"pipeplan: interrupted while writing {out}: nothing was written "
-                                                "there; run the command again to write it")
+        assert err.strip().splitlines()[-1] == (f"pipeplan: interrupted while writing {out}: its results were not "
+                                                "written; run the command again to write them")
         assert "Traceback" not in err
     else:
         assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), err  # killed by it, after cleaning up
