@@ -418,9 +418,16 @@ def test_the_optimizer_alone_runs_on_the_top_configurations_of_the_plain_schedul
     frame = sweep(model="llama3.1-70b", hardware="h100-80gb", num_gpus=8, global_batch_size=16, seq_len=128,
                   tensor_parallel=1, pipeline_parallel=2, schedules=["1f1b", "optimal"], optimal_top=1,
                   num_workers=1)
-    assert list(frame["skipped"].fillna("")) == ["", "no named schedule (1f1b) fits in memory here, so the "
-                                                 "optimizer (on the top 1 configurations by their best named "
-                                                 "schedule) skipped it"]
+    assert list(frame["skipped"].fillna("")) == ["", "no named schedule (1f1b, interleaved-1f1b, zb-v) fits in "
+                                                 "memory here, so the optimizer (on the top 1 configurations by their "
+                                                 "best named schedule) skipped it"]
+    # A named schedule asked for that does not apply to the layout ranks nothing: the plain ones still do.
+    frame = sweep(model=TINY, hardware="h100-80gb", num_gpus=8, global_batch_size=16, seq_len=128,
+                  tensor_parallel=1, pipeline_parallel=2, schedules=["zb-v", "optimal"], time_limit_s=0.5,
+                  optimal_top=1, num_workers=1)
+    assert frame.set_index("schedule")["skipped"].fillna("").to_dict() == {
+        "optimal": "", "zb-v": "zb-v needs num_chunks 2 in V placement and a split backward (got num_chunks 1, "
+                               "placement 'loop', split backward)"}
 
 
 def test_sweep_rows_columns_order_and_skipped_reasons() -> None:

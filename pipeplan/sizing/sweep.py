@@ -129,7 +129,7 @@ def sweep(
     num_gpus / (tensor_parallel x pipeline_parallel). "optimal" among ``schedules`` runs CP-SAT for
     ``time_limit_s`` seconds per configuration with ``num_workers`` workers (default: the machine's cores), on
     every configuration or, with ``optimal_top=K``, on the K configurations whose best named schedule is
-    fastest (when "optimal" is the only schedule asked for, :data:`RANKING_SCHEDULES` rank them, unshown).
+    fastest (:data:`RANKING_SCHEDULES` among them, run to rank when not asked for and not shown).
     Columns are :data:`COLUMNS`.
 
     Each (configuration, schedule) is a task. Tasks run on ``executor`` (see :mod:`pipeplan.executors`; it is
@@ -245,10 +245,10 @@ def sweep_with_stats(
         built.append(setup)
     workers = num_workers if num_workers is not None else (os.cpu_count() or 1)
     named_names = [n for n in names if n != OPTIMAL]
-    if not named_names and OPTIMAL in names and optimal_top is not None:
-        # The optimizer's top configurations are those whose best named schedule is fastest: with none asked for,
-        # the plain schedules of each layout rank them (their rows are not shown).
-        named_names = list(RANKING_SCHEDULES)
+    if OPTIMAL in names and optimal_top is not None:
+        # The optimizer's top configurations are those whose best named schedule is fastest: the plain schedules
+        # of each layout rank them too (their rows are not shown), so every layout has one that applies.
+        named_names += [n for n in RANKING_SCHEDULES if n not in named_names]
     named_tasks = {(id(setup), name): _named_task(model_rec, hardware_rec, setup, name, balanced)
                    for setup in built for name in named_names}  # keyed by (id of the setup, schedule)
     stats = SweepStats()
@@ -277,8 +277,10 @@ def sweep_with_stats(
                 if stats.stopped:
                     reason = NOT_RUN
                 elif not any(row.get("fits") for row in ranking_rows):
-                    reason = (f"no named schedule ({', '.join(named_names)}) fits in memory here, so the optimizer "
-                              f"(on the top {optimal_top} configurations by their best named schedule) skipped it")
+                    none = "fits in memory" if any("skipped" not in row or row["skipped"] is None
+                                                   for row in ranking_rows) else "ran"
+                    reason = (f"no named schedule ({', '.join(named_names)}) {none} here, so the optimizer (on the "
+                              f"top {optimal_top} configurations by their best named schedule) skipped it")
                 else:
                     reason = f"not among the top {optimal_top} configurations for the optimizer"
                 rows.append({**_setup_columns(setup), "schedule": OPTIMAL, "skipped": reason})
