@@ -461,8 +461,8 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
     settings = _settings(cfg, time_limit_s=time_limit, objective=objective, num_workers=workers,
                          random_seed=random_seed)
     stop = StopRequest()
-    # Ctrl-C after the search, while the answer is written or shown, lets that finish (the second aborts, and a
-    # folder being written is then dropped whole), as during a sweep.
+    # Ctrl-C after the search: while the folder is written, the write's guard drops it whole (main then names it);
+    # while the answer is shown, that finishes (a second Ctrl-C aborts), as during a sweep.
     with _Interrupts(stop) as interrupts:
         with _ProgressLine(not quiet, cfg.units.time) as progress:
             comparison = compare(cfg.problem, settings, progress=progress, stop=stop)
