@@ -67,6 +67,8 @@ def test_size_prints_the_top_table_and_the_gain_and_writes_the_folder(capsys: py
     assert "<script src=" not in page  # plotly.js is embedded: the page works offline
     config = load_config(out / "best.yaml")
     assert config.units.time == "s" and config.problem.budget is not None
+    # Memory in GiB (tables of bytes read 6.56519e+10): the budget is what an 80 GiB GPU leaves for activations.
+    assert config.units.memory == "GiB" and 0 < config.problem.budget[0] < 80
     # The study's optimizer settings (best.yaml had the machine's worker count and seed 0).
     assert (config.solver.num_workers, config.solver.random_seed, config.solver.time_limit_s) == (3, 7, 1)
     assert "skipped (see sweep.csv)" in stdout

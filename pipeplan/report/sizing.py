@@ -24,6 +24,7 @@ from pipeplan.report.figures import gantt, memory_figure, schedule_colours
 from pipeplan.report.files import config_record, write_folder
 from pipeplan.report.tables import Column, fitted_tables
 from pipeplan.simulate import Timeline
+from pipeplan.sizing.hardware import GIB
 from pipeplan.sizing.study import StudyResult
 from pipeplan.sizing.sweep import candidate_label
 
@@ -216,16 +217,22 @@ def build_report(name: str, frame: pd.DataFrame, top: int, best_timeline: Timeli
 
 
 def best_config_text(result: StudyResult) -> str:
-    """``best.yaml``: the best plan's pipeline problem as an ordinary pipeplan config (seconds, bytes)."""
+    """``best.yaml``: the best plan's pipeline problem as an ordinary pipeplan config (seconds, GiB: the bytes the
+    sizing counts in, divided by 2**30, which is exact, so every peak compares with the budget as it did)."""
     best = result.best
     problem = best["problem"]
     name = f"{result.study.name}: {candidate_label(best)} {best['schedule']}"
     chosen = {key: result.study.sweep_kwargs[key] for key in ("num_workers", "random_seed")
               if result.study.sweep_kwargs.get(key) is not None}
     settings = SolverSettings(time_limit_s=result.study.time_limit_s, **chosen)  # the study's optimizer settings
-    record = config_record(name, problem, settings, Units(time="s", memory="bytes"))
+    record = config_record(name, problem, settings, Units(time="s", memory="GiB"))
+    memory = record["memory"]
+    for key in ("activation", "weight_activation", "budget"):
+        if key in memory:
+            value = memory[key]
+            memory[key] = [v / GIB for v in value] if isinstance(value, list) else value / GIB
     header = (f"# The best plan of pipeplan size ({best['schedule']}: {best['tokens_per_s']:,.0f} tokens/s, "
-              f"{best['memory_gib']:.1f} GiB per GPU).\n# Times in seconds, memory in bytes; the budget is the "
+              f"{best['memory_gib']:.1f} GiB per GPU).\n# Times in seconds, memory in GiB; the budget is the "
               "activation memory left per pipeline device. Run: pipeplan solve best.yaml\n")
     return header + yaml.safe_dump(record, sort_keys=False, width=120)
 
