@@ -32,7 +32,7 @@ from pipeplan.planner import evaluate_named
 from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect
 from pipeplan.schedule import Schedule
 from pipeplan.simulate import Timeline, simulate
-from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve, solve_checked
+from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve_checked
 from pipeplan.store import Progress as TaskProgress
 from pipeplan.store import Store, Task, TaskOutput, record_of, run_tasks, schedule_of, task_key
 
@@ -263,14 +263,31 @@ def _solve_budget(job: tuple[Problem, SolverSettings, StopRequest | None]) -> Ta
     answer's proof and schedule, or the reason no schedule fits. A solve the stop request ended early (the task
     ran in this process) is cut short: its answer is not the time limit's, so it is neither stored nor shown."""
     problem, settings, stop = job
+    # The named schedules, replayed once: the optimizer's warm starts, and the budget's rows (their metrics go back
+    # in the record, so the parent need not replay them again).
+    named, _ = evaluate_named(problem)
+    rows = [e.metrics.to_dict() for e in named]
     try:
-        result = solve(problem, settings, stop=stop)
+        result = solve_checked(problem, settings, stop=stop, named=[(e.schedule, e.metrics) for e in named])
     except InfeasibleBudget as exc:
-        return TaskOutput({"infeasible": str(exc)})
+        return TaskOutput({"infeasible": str(exc), "named": rows})
     if result.interrupted:
         return TaskOutput({}, cut_short=True)
-    record = {"lower_bound": result.lower_bound, "solve_time_s": result.solve_time_s, "source": result.source}
+    record = {"lower_bound": result.lower_bound, "solve_time_s": result.solve_time_s, "source": result.source,
+              "named": rows}
     return TaskOutput.of(record, problem, result.schedule)
+
+
+def _named_metrics(problem: Problem, record: dict[str, Any]) -> list[Metrics]:
+    """The named schedules' metrics at one budget: as its task's record has them, or replayed here for a record
+    without them (written by an earlier pipeplan, or damaged)."""
+    stored = record.get("named")
+    if isinstance(stored, list):
+        try:
+            return [Metrics(**row) for row in stored]
+        except TypeError:
+            log.info("the stored named schedules' metrics are malformed; replaying them")
+    return [e.metrics for e in evaluate_named(problem)[0]]
 
 
 def _frontier_tasks(problem: Problem, ordered: list[float], settings: SolverSettings, executor: Executor | None,
@@ -302,8 +319,7 @@ def _frontier_tasks(problem: Problem, ordered: list[float], settings: SolverSett
             continue  # stopped before this budget finished: left out
         answer = outcome.records[task.key]
         record = record_of(answer)
-        named, _ = evaluate_named(at[budget])
-        rows_at[budget] = [_row(budget, e.metrics, settings.objective) for e in named]
+        rows_at[budget] = [_row(budget, m, settings.objective) for m in _named_metrics(at[budget], record)]
         if "infeasible" in record:
             rows_at[budget].append(_infeasible_row(budget, str(record["infeasible"])))
             continue

@@ -202,8 +202,8 @@ def test_ctrl_c_during_a_budgets_solve_in_process_leaves_that_budget_out_of_the_
     # With --out and one job, each budget's solve runs in this process. A Ctrl-C during the first one stops that
     # search (not only the sweep after it); the answer it had is not the time limit's, so it is neither stored nor
     # shown, and the same command again solves both budgets in full.
-    real_solve = pipeplan.frontier.solve
-    monkeypatch.setattr(pipeplan.frontier, "solve", ctrl_c_on_first_report(real_solve))
+    real_solve = pipeplan.frontier.solve_checked
+    monkeypatch.setattr(pipeplan.frontier, "solve_checked", ctrl_c_on_first_report(real_solve))
     out = tmp_path / "frontier"
     argv = frontier_in_process(config, "5:6:1", "2", out)
     code = main(argv)
@@ -212,7 +212,7 @@ def test_ctrl_c_during_a_budgets_solve_in_process_leaves_that_budget_out_of_the_
     assert "0 of 2 results came from the store" in captured.out and "0 ran, 2 did not (stopped)" in captured.out
     assert "interrupted: 0 of 2 budgets finished; run the same command again to resume" in captured.err
     assert [p.name for p in out.iterdir()] == ["store.sqlite"]
-    monkeypatch.setattr(pipeplan.frontier, "solve", real_solve)
+    monkeypatch.setattr(pipeplan.frontier, "solve_checked", real_solve)
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "0 of 2 results came from the store" in captured.out  # the cut-short solve was not kept

@@ -10,6 +10,7 @@ with ``PYTHONPATH`` set to the folder of the ``pipeplan`` package this test impo
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import os
 import re
@@ -191,15 +192,15 @@ def test_an_answer_worse_than_a_smaller_budgets_is_replaced_by_that_schedule(mon
     # the smaller budget's schedule, replayed; the bound it proved there still holds.
     import pipeplan.frontier as frontier_module
 
-    real = frontier_module.solve
+    real = frontier_module.solve_checked
 
     def worse_at_large(problem: Any, settings: Any, **kwargs: Any) -> Any:
-        result = real(problem, settings)
+        result = real(problem, settings, **kwargs)
         if problem.budget[0] > 2.5:  # the same proven bound, but GPipe's schedule: worse than budget 2's answer
             return replace(result, schedule=generate("gpipe", problem), source="worse")
         return result
 
-    monkeypatch.setattr(frontier_module, "solve", worse_at_large)
+    monkeypatch.setattr(frontier_module, "solve_checked", worse_at_large)
     rows = frontier(SPLIT, [2.0, 3.0], SETTINGS, executor=LocalExecutor(1))
     small, large = optimizer_rows(rows)
     assert large.source == "budget 2" and large.objective == pytest.approx(small.objective)
@@ -485,14 +486,14 @@ def test_a_failed_budget_is_listed_and_the_frontier_goes_on(capsys: pytest.Captu
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     import pipeplan.frontier as frontier_module
 
-    real = frontier_module.solve
+    real = frontier_module.solve_checked
 
     def broken(problem: Any, settings: Any, **kwargs: Any) -> Any:
         if problem.budget[0] == 3.0:
             raise RuntimeError("boom")
         return real(problem, settings, **kwargs)
 
-    monkeypatch.setattr(frontier_module, "solve", broken)
+    monkeypatch.setattr(frontier_module, "solve_checked", broken)
     config = Path(__file__).parent / "configs" / "good-minimal.yaml"
     store = tmp_path / "f.sqlite"
     argv = ["frontier", str(config), "--budgets", "2:4:1", "--time-limit", "0.5", "--jobs", "1", "--store", str(store)]
@@ -501,7 +502,39 @@ def test_a_failed_budget_is_listed_and_the_frontier_goes_on(capsys: pytest.Captu
     assert "budget 3: failed: RuntimeError: boom" in out
     assert "1 task(s) failed (recorded in the store; a re-run tries them again):" in out
     assert "  budget 3: RuntimeError: boom" in out
-    monkeypatch.setattr(frontier_module, "solve", real)
+    monkeypatch.setattr(frontier_module, "solve_checked", real)
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "2 of 3 results came from the store" in out and "task(s) failed" not in out and "boom" not in out
+
+
+def test_a_frontiers_tasks_bring_back_the_named_schedules_rows(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    # Each budget's named schedules were replayed twice: inside its task's solve and again by the parent for the
+    # rows. The task now returns their metrics; a record without them (an earlier pipeplan's) is replayed here.
+    from pipeplan import schedules as registry
+
+    budgets = [2.0, 3.0]
+    reference = [r for r in frontier(SPLIT, budgets, SETTINGS) if r.schedule != "optimal"]
+    built: list[float] = []
+    real = registry.generate_applicable
+
+    def counted(problem: Any) -> Any:
+        built.append(problem.budget[0])
+        return real(problem)
+
+    monkeypatch.setattr(registry, "generate_applicable", counted)
+    path = tmp_path / "f.sqlite"
+    with Store(path) as store:
+        rows = frontier(SPLIT, budgets, SETTINGS, store=store)
+    assert sorted(built) == budgets  # once per budget
+    assert [r for r in rows if r.schedule != "optimal"] == reference
+    with sqlite3.connect(path) as db:  # as an earlier pipeplan wrote them: no named schedules' metrics
+        for key, record in db.execute("SELECT key, record FROM results").fetchall():
+            data = json.loads(record)
+            data.pop("named")
+            db.execute("UPDATE results SET record = ? WHERE key = ?", (json.dumps(data), key))
+    built.clear()
+    with Store(path) as store:
+        again = frontier(SPLIT, budgets, SETTINGS, store=store)
+    assert sorted(built) == budgets and [r for r in again if r.schedule != "optimal"] == reference
