@@ -7,11 +7,9 @@ what ``pipeplan solve`` shows: every named schedule beside the CP-SAT optimum, a
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +17,7 @@ from pipeplan import schedules
 from pipeplan.bounds import minimum_budget
 from pipeplan.config import SolverSettings
 from pipeplan.metrics import Metrics, compute_metrics, order_peaks, within_budget
-from pipeplan.problem import ConfigError, Problem
+from pipeplan.problem import ConfigError, Problem, fields_named_as
 from pipeplan.schedule import Schedule
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.simulate import Timeline, simulate
@@ -82,15 +80,6 @@ _PLAN_KEYWORDS = {
 }
 
 
-@contextlib.contextmanager
-def _named_as_plan_keywords() -> Iterator[None]:
-    """Re-raise a :class:`ConfigError` with every config field it names replaced by plan's keyword."""
-    try:
-        yield
-    except ConfigError as exc:
-        message = re.sub(r"\b(?:pipeline|costs|memory)\.\w+", lambda m: _PLAN_KEYWORDS.get(m[0], m[0]), str(exc))
-        raise ConfigError(message) from None
-
 
 def plan(
     num_stages: int,
@@ -129,7 +118,7 @@ def plan(
     problems: list[Problem] = []  # every layout is built (and checked) before any is replayed
     for chunks, where in layouts:
         try:
-            with _named_as_plan_keywords():
+            with fields_named_as(_PLAN_KEYWORDS):
                 problems.append(Problem.build(
                     num_stages=num_stages,
                     num_microbatches=total_microbatches,

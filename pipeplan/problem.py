@@ -7,13 +7,15 @@ memory unit (activation slots or bytes).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import numbers
+import re
 import reprlib
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Literal
@@ -61,6 +63,18 @@ def expect(name: str, value: object, kind: type | tuple[type, ...], what: str,
 
 # What expect() says a problem must be.
 A_PROBLEM = "a pipeplan.Problem (Problem.build(...), or load_config(path).problem)"
+
+
+@contextlib.contextmanager
+def fields_named_as(names: Mapping[str, str]) -> Iterator[None]:
+    """Re-raise a :class:`ConfigError` raised inside with every config field of ``names`` it mentions (e.g.
+    "costs.forward") replaced by its name there: a function that takes keywords names them as its caller wrote
+    them, not as a config file would."""
+    try:
+        yield
+    except ConfigError as exc:
+        message = re.sub(r"\b(?:pipeline|costs|memory|solver)\.\w+", lambda m: names.get(m[0], m[0]), str(exc))
+        raise ConfigError(message) from None
 
 
 def python_reason(exc: BaseException, limit: int = 160) -> str:

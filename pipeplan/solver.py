@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -47,7 +46,7 @@ from pipeplan.bounds import (
 )
 from pipeplan.config import SolverSettings
 from pipeplan.metrics import Metrics, compute_metrics
-from pipeplan.problem import A_PROBLEM, MAX_TOTAL, ConfigError, Op, OpKind, Problem, expect
+from pipeplan.problem import A_PROBLEM, MAX_TOTAL, ConfigError, Op, OpKind, Problem, expect, fields_named_as
 from pipeplan.schedule import A_SCHEDULE, Schedule, ScheduleError
 from pipeplan.schedules import controllable, interleaved_zb
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
@@ -1012,11 +1011,8 @@ def _settings(settings: SolverSettings | None, **overrides: Any) -> SolverSettin
     """``settings`` (or the defaults) with the given fields replaced; None leaves a field as it is."""
     changes = {key: value for key, value in overrides.items() if value is not None}
     base = settings if settings is not None else SolverSettings()
-    try:
+    with fields_named_as({f"solver.{key}": key for key in changes}):  # a keyword's value: named as a keyword
         return replace(base, **changes) if changes else base
-    except ConfigError as exc:  # a keyword's value: named as the caller wrote it, not as the config's field
-        raise ConfigError(re.sub(r"\bsolver\.(\w+)", lambda m: m[1] if m[1] in changes else m[0], str(exc))) \
-            from None
 
 
 def _check_budget(problem: Problem) -> None:
