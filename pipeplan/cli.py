@@ -215,12 +215,16 @@ class _ProgressLine(_StatusLine):
     them ("solving:   12.3 s elapsed, best 91.34 ms, bound 87.21 ms").
 
     Called with a solver :class:`Progress`, or with a :class:`SweepProgress` during a frontier sweep, which
-    adds which budget is being solved ("budget 3/7 (12 slots)").
+    adds which budget is being solved ("budget 3/7 (12 slots)"). With ``forced`` (--progress) on a stderr that
+    is not a terminal, the same line is printed plainly, one a second at most, and once more at the end.
     """
 
-    def __init__(self, enabled: bool, unit: str, memory_unit: str = "") -> None:
+    def __init__(self, enabled: bool, unit: str, memory_unit: str = "", forced: bool = False) -> None:
         self.console = _Stderr()
         self.enabled = enabled and self.console.is_terminal
+        self.lines = forced and not self.console.is_terminal
+        self.last_line: float | None = None  # when the last plain line was printed
+        self.unprinted = False  # a report came after the last plain line
         self.unit = unit
         self.memory_unit = memory_unit
         self.prefix = ""
@@ -245,6 +249,7 @@ class _ProgressLine(_StatusLine):
                 self.objective = self.bound = None
                 self.phase = "named schedules ..."
                 self.started = time.monotonic()
+                self._plain_line(always=True)  # each budget's start
                 return
             report = report.solve
         self.phase = "solving"
@@ -252,6 +257,23 @@ class _ProgressLine(_StatusLine):
             self.objective = report.objective
         if report.bound is not None:
             self.bound = report.bound
+        self._plain_line()
+
+    def _plain_line(self, always: bool = False) -> None:
+        """With --progress on a pipe: the line, one a second at most unless ``always`` (a budget's start,
+        the last report at the end)."""
+        if not self.lines:
+            return
+        self.unprinted = True
+        now = time.monotonic()
+        if always or self.last_line is None or now - self.last_line >= 1.0:
+            self.console.print(self.__rich__(), highlight=False, markup=False, soft_wrap=True)
+            self.last_line, self.unprinted = now, False
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        if self.unprinted:
+            self._plain_line(always=True)
 
 
 _INTERRUPTED_SEARCH = "interrupted: the search was stopped early; the results above are the best found by then"
@@ -639,6 +661,7 @@ class _TaskProgress:
         self.started = time.monotonic()
         self.last_line = 0.0
         self.last: Any = None
+        self.printed: Any = None  # the last report printed as a line
 
     def __enter__(self) -> _TaskProgress:
         if self.bar is not None:
@@ -649,7 +672,7 @@ class _TaskProgress:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
-        elif self.lines and self.last is not None:
+        elif self.lines and self.last is not None and self.last is not self.printed:
             self._line(self.last)
 
     def _line(self, report: Any) -> None:
@@ -661,6 +684,7 @@ class _TaskProgress:
         self.console.print(f"progress: {report.done}/{report.total} done, {report.reused} reused, {report.failed} "
                            f"failed, {elapsed:.1f} s elapsed{left}", highlight=False, soft_wrap=True)
         self.last_line = time.monotonic()
+        self.printed = report
 
     def __call__(self, report: Any) -> None:
         if isinstance(report, str):
@@ -847,7 +871,8 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     else:
         _refuse_existing(out, force)
         _warn_refresh_without_store(refresh, None)
-        with _Interrupts(stop), _ProgressLine(not quiet, cfg.units.time, cfg.units.memory) as progress:
+        with _Interrupts(stop), _ProgressLine(not quiet, cfg.units.time, cfg.units.memory,
+                                              forced=show_progress) as progress:
             rows = frontier(cfg.problem, sweep, settings, progress=progress, stop=stop)
         written = True
         _write_frontier(out, force, rows, cfg, settings, no_png)

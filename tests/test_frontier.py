@@ -165,6 +165,18 @@ def test_bounds_proven_at_larger_budgets_carry_down() -> None:
     assert proven[0].status == OPTIMAL and proven[0].gap == 0  # the larger budget's proof settles the smaller
 
 
+def test_progress_flag_prints_lines_on_a_pipe_in_one_process(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a store and with one job the budgets are solved in this process: --progress used to print nothing
+    there on a pipe. Each budget's start is a line, and so is the last report."""
+    argv = ["frontier", str(TINY_CONFIG), "--budgets", "2:3:1", "--time-limit", "1", "--workers", "1"]
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""  # not a terminal: nothing without the flag
+    assert main([*argv, "--progress"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert "budget 1/2 (2 slots): named schedules ..." in lines and "budget 2/2 (3 slots): named schedules ..." in lines
+    assert lines[-1].startswith("budget 2/2 (3 slots): solving: "), lines
+
+
 def test_frontier_command_writes_csv_and_a_self_contained_plot(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

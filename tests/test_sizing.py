@@ -19,7 +19,7 @@ from pipeplan.problem import ConfigError
 from pipeplan.report.sizing import gain_sentence
 from pipeplan.sizing import costs, estimate, load_hardware, load_model, memory, sweep
 from pipeplan.sizing.build import balanced_split, build_problem
-from pipeplan.sizing.hardware import GIB
+from pipeplan.sizing.hardware import GIB, hardware_presets
 from pipeplan.sizing.setup import Setup
 from pipeplan.sizing.sweep import COLUMNS, SweepProgress, require_fitting
 from pipeplan.sizing.validation import RUNS, validation_rows
@@ -60,6 +60,33 @@ def test_a_mapping_overrides_a_preset_field() -> None:
     assert (hardware.matmul_efficiency, hardware.memory_gib, hardware.peak_tflops) == (0.6, 94, 989)
     model = load_model({"preset": "llama3.1-8b", "num_layers": 16})
     assert model.num_layers == 16 and model.num_kv_heads == 8
+
+
+@pytest.mark.parametrize(("field", "value", "unit"), [
+    ("peak_tflops", 989e12, "TFLOP/s"), ("memory_gib", 80 * 2**30, "GiB"), ("memory_bandwidth_gbs", 3.35, "GB/s"),
+    ("inter_node_bandwidth_gbs", 400e9 / 8, "GB/s each way")], ids=["flops", "bytes", "tb-per-s", "bytes-per-s"])
+def test_a_value_in_the_wrong_unit_is_warned_about(caplog: pytest.LogCaptureFixture, field: str, value: float,
+                                                   unit: str) -> None:
+    """A field given in FLOP/s, bytes or TB/s loaded silently and made every configuration fit, or none, or run
+    at 0 % MFU; it still loads (a future part may exceed any range), with a warning naming the field's unit."""
+    for name in hardware_presets():  # the presets themselves: silent
+        load_hardware(name)
+    assert not caplog.records
+    hardware = load_hardware({"preset": "h100-80gb", field: value})
+    assert getattr(hardware, field) == value
+    [record] = caplog.records
+    assert record.levelname == "WARNING" and f"hardware.{field} is " in record.getMessage()
+    assert f"the field is in {unit}" in record.getMessage()
+
+
+def test_too_many_microbatches_names_what_sizing_sets() -> None:
+    """A global batch given in tokens rather than sequences: the message named pipeline.num_microbatches, a
+    field no study and no estimate() call has."""
+    with pytest.raises(ConfigError) as caught:
+        estimate(model="llama3.1-8b", hardware="h100-80gb", global_batch_size=4_194_304, seq_len=8192,
+                 pipeline_parallel=2)
+    message = str(caught.value)
+    assert "pipeline." not in message and "lower the microbatches per step (global_batch_size, in sequences" in message
 
 
 # Bad model and hardware input, each with the text its message must contain.

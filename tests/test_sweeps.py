@@ -137,6 +137,23 @@ def test_ray_executor_yields_every_index_and_captures_failures(ray_cluster: Any)
     assert results[1].error is not None and "math domain error" in results[1].error
 
 
+def test_a_script_without_the_main_guard_is_told_so(tmp_path: Path) -> None:
+    """A script that sweeps with worker processes at import, without `if __name__ == "__main__":`: each worker
+    ("spawn") imports it again and would start workers of its own. The workers' error and each row's say so (the
+    rows used to blame memory: "killed, out of memory or crashed")."""
+    script = tmp_path / "study.py"
+    script.write_text(
+        "from pipeplan.sizing import sweep\n"
+        f"frame = sweep(model={TINY!r}, hardware='h100-80gb', num_gpus=8, global_batch_size=16, seq_len=128,\n"
+        "              tensor_parallel=[1, 2], pipeline_parallel=[2, 4], schedules='1f1b', processes=2)\n"
+        "print(sorted(set(frame['skipped'].dropna())))\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    guard = 'under `if __name__ == "__main__":`'
+    assert done.returncode == 0, done.stderr
+    assert "worker processes were started while a worker was importing the script" in done.stderr
+    assert done.stderr.count(guard) >= 1 and "BrokenProcessPool" in done.stdout and guard in done.stdout, done.stdout
+
+
 # ------------------------------------------------------------------------------------ local against Ray
 
 
@@ -477,6 +494,7 @@ def test_progress_on_a_pipe_only_with_the_flag(capsys: pytest.CaptureFixture[str
     if shown:
         last = captured.err.strip().splitlines()[-1]
         assert last.startswith("progress: 18/18 done, 0 reused, 0 failed, ") and last.endswith(" s elapsed"), last
+        assert captured.err.count("progress: 18/18 done") == 1, captured.err  # printed twice before
     assert "0 of 18 results came from the store" in captured.out  # 9 configurations, 2 schedules
     assert main(["size", str(study), "--store", str(store), "--jobs", "1", "--quiet"]) == 0
     assert f"18 of 18 results came from the store {store}" in capsys.readouterr().out

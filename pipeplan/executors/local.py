@@ -33,6 +33,16 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+# What a Python script that starts worker processes needs: each worker imports the script again.
+SCRIPT_GUARD = ("worker processes were started while a worker was importing the script that started them: put the "
+                "script's calls (sweep or run_study with more than one process, anything given a LocalExecutor) "
+                "under `if __name__ == \"__main__\":`, since each worker process imports the script again")
+# A task's error when the pool broke under it.
+WORKER_DIED = ("BrokenProcessPool: a worker process died before this task finished (killed, out of memory or "
+               "crashed; from a Python script, see that its calls are under `if __name__ == \"__main__\":`, since "
+               "each worker process imports the script again)")
+
+
 # The most worker processes a local pool may start: more than one a core only shares the cores, and each
 # process takes about 150 MB with OR-Tools loaded (100,000 asked for on 2 cores used to start one per task).
 MAX_JOBS = max(8, 4 * (os.cpu_count() or 1))
@@ -89,6 +99,10 @@ class LocalExecutor:
                     return
                 yield call(function, index, item)
             return
+        if getattr(multiprocessing.current_process(), "_inheriting", False):
+            # This process is a worker still importing the parent's script ("spawn" imports it again): the script
+            # starts workers at import, so each worker would start more. Python's own error says it less plainly.
+            raise RuntimeError(SCRIPT_GUARD)
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_ignore_interrupts)
@@ -107,8 +121,7 @@ class LocalExecutor:
                     results = future.result()
                 except BrokenProcessPool:
                     self._pool = None  # broken for good: the next map starts a new one
-                    results = [TaskResult(index, error="BrokenProcessPool: a worker process died (killed, out of "
-                                          "memory or crashed) before this task finished") for index in futures[future]]
+                    results = [TaskResult(index, error=WORKER_DIED) for index in futures[future]]
                 except Exception as exc:  # e.g. an input or a result that cannot be pickled
                     results = [TaskResult(index, error=describe(exc)) for index in futures[future]]
                 yield from results

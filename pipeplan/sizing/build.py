@@ -15,12 +15,20 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeplan.problem import ConfigError, Problem, np_bool_types, plain_values
+from pipeplan.problem import ConfigError, Problem, fields_named_as, np_bool_types, plain_values
 from pipeplan.sizing import costs, memory
 from pipeplan.sizing.costs import OpCosts
 from pipeplan.sizing.hardware import Hardware
 from pipeplan.sizing.models import Model
 from pipeplan.sizing.setup import Setup
+
+# The pipeline's fields as sizing sets them, for the messages of the problem it builds.
+SIZING_NAMES = {
+    "pipeline.num_microbatches": "the microbatches per step (global_batch_size, in sequences, / (microbatch_size x "
+                                 "data parallel))",
+    "pipeline.num_stages": "pipeline_parallel",
+    "pipeline.num_chunks": "num_chunks",
+}
 
 # The problem variants a named schedule may run on, as (split backward, placement), in order of preference: the
 # fused backward Megatron-LM runs, then a split backward (B and W) in loop placement, then in V placement (two
@@ -166,12 +174,13 @@ def build_problem(
         backward = [_microseconds(c.backward + c.weight) for c in times]
         weight = [0.0] * stages
     num_chunks = setup.num_chunks
-    problem = Problem.build(
-        num_stages=setup.pipeline_parallel, num_microbatches=setup.num_microbatches, forward=forward,
-        backward=backward, backward_weight=weight, comm=0.0, activation=[float(math.ceil(a)) for a in activation],
-        weight_activation=[float(math.ceil(w)) for w in weight_activation], num_chunks=num_chunks,
-        placement=placement,
-    )
+    with fields_named_as(SIZING_NAMES):  # e.g. too many ops: named as a study or estimate() sets them
+        problem = Problem.build(
+            num_stages=setup.pipeline_parallel, num_microbatches=setup.num_microbatches, forward=forward,
+            backward=backward, backward_weight=weight, comm=0.0, activation=[float(math.ceil(a)) for a in activation],
+            weight_activation=[float(math.ceil(w)) for w in weight_activation], num_chunks=num_chunks,
+            placement=placement,
+        )
     devices = [problem.device_of(s) for s in range(stages)]
     node_span = setup.tensor_parallel * setup.data_parallel  # ranks between consecutive pipeline devices
 

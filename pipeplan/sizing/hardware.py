@@ -7,12 +7,27 @@ for latency.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import MISSING, dataclass, fields
 
 from pipeplan.problem import ConfigError
 from pipeplan.sizing.records import check_fields, presets, resolve, set_positive
 
+log = logging.getLogger(__name__)
+
 GIB = 2**30
+
+# Per field: the range of values an accelerator of this decade can have (a wide one: the presets' span about
+# tenfold inside it), and what a value outside it most likely is. A value a thousand times off its unit is
+# accepted (a future part may exceed any range) but warned about: it makes every configuration fit, or none, or
+# run at 0 % MFU.
+PLAUSIBLE = {
+    "peak_tflops": (1.0, 1e5, "TFLOP/s (989 for an H100), not FLOP/s"),
+    "memory_gib": (1.0, 1e4, "GiB (80 for an 80 GB part), not bytes or MiB"),
+    "memory_bandwidth_gbs": (50.0, 1e6, "GB/s (3350 for an H100 SXM), not TB/s or bytes/s"),
+    "intra_node_bandwidth_gbs": (1.0, 1e5, "GB/s each way (450 for H100 NVLink), not TB/s or bytes/s"),
+    "inter_node_bandwidth_gbs": (0.1, 1e5, "GB/s each way (50 for a 400 Gb/s NIC), not Gb/s or bytes/s"),
+}
 
 HARDWARE_FIELDS = ("peak_tflops", "memory_gib", "memory_bandwidth_gbs", "intra_node_bandwidth_gbs",
                    "inter_node_bandwidth_gbs", "gpus_per_node", "matmul_efficiency", "memory_efficiency",
@@ -104,4 +119,10 @@ def load_hardware(value: object) -> Hardware:
     missing = [key for key in required if key not in data]
     if missing:
         raise ConfigError(f"hardware.{missing[0]} is missing; hardware needs {', '.join(required)}")
-    return Hardware(name=name, **data)
+    hardware = Hardware(name=name, **data)
+    for field_name, (low, high, unit) in PLAUSIBLE.items():
+        number = getattr(hardware, field_name)
+        if not low <= number <= high:
+            log.warning("hardware.%s is %g, far outside what a GPU has (%g to %g): the field is in %s", field_name,
+                        number, low, high, unit)
+    return hardware
