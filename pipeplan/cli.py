@@ -171,6 +171,10 @@ def simulate_cmd(config: str, schedule_name: str | None, torch_csv: Path | None,
         schedule_name = schedule.name
     else:
         assert schedule_name is not None
+        if schedule_name == "optimal":
+            raise ConfigError(f"'optimal' is the optimizer's schedule, not a named one: `pipeplan solve {config}` "
+                              f"finds it and prints its metrics beside the named schedules' (named schedules: "
+                              f"{', '.join(names())})")
         schedule = generate(schedule_name, cfg.problem)
     metrics = compute_metrics(simulate(cfg.problem, schedule)).to_dict()
     if fmt == "json":
@@ -1003,7 +1007,8 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     skipped = int(result.frame["skipped"].notna().sum())
     over = int((result.frame["skipped"].isna() & ~result.frame["fits"]).sum())
     rows_at = "see sweep.csv" if out is not None else "--out DIR writes every row, and why, to DIR/sweep.csv"
-    console.print(f"{len(result.frame)} rows: {int(result.frame['fits'].sum())} fit, {over} over memory, "
+    console.print(f"{len(result.frame)} row{'s' if len(result.frame) != 1 else ''}: "
+                  f"{int(result.frame['fits'].sum())} fit, {over} over memory, "
                   f"{skipped} skipped ({rows_at})", style="dim", soft_wrap=True)
     place.summary(console, stats.total, stats.reused, stats.ran, stats.failures)
     if out is not None:
@@ -1035,6 +1040,10 @@ def presets_cmd(study: str | None) -> None:
     if study is not None:
         from pipeplan.sizing.study import load_study
 
+        if study in model_presets() or study in hardware_presets():  # `pipeplan presets llama3.1-8b`
+            raise ConfigError(f"{study!r} is a preset, not a study file: `pipeplan presets` lists every preset "
+                              f"with its main numbers, and `pipeplan presets STUDY.yaml` every field of a study's "
+                              f"model and GPU")
         kwargs = load_study(study).sweep_kwargs
         for title, load, presets in (("model", load_model, model_presets()),
                                      ("hardware", load_hardware, hardware_presets())):

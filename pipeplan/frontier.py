@@ -150,7 +150,7 @@ def _carry_bounds_down(rows: list[FrontierRow]) -> list[FrontierRow]:
 def frontier(
     problem: Problem,
     budgets: Sequence[float],
-    settings: SolverSettings,
+    settings: SolverSettings | None = None,
     progress: SweepCallback | None = None,
     stop: StopRequest | None = None,
     *,
@@ -161,6 +161,9 @@ def frontier(
     stats: dict[str, Any] | None = None,
 ) -> list[FrontierRow]:
     """For each budget (increasing), every applicable named schedule's row and the optimizer's row.
+
+    ``settings``: the optimizer's (:class:`~pipeplan.config.SolverSettings`; a config's ``solver``), its
+    defaults when None.
 
     Without ``executor`` the budgets are solved one after another, each warm-started from the previous answer.
     With one (see :mod:`pipeplan.executors`), they are solved at once, each on its own; then, in increasing
@@ -179,8 +182,11 @@ def frontier(
     """
     expect("problem", problem, Problem, A_PROBLEM)
     ordered = _checked_budgets(budgets)
+    if settings is None:
+        settings = SolverSettings()
     if not isinstance(settings, SolverSettings):
-        raise ConfigError(f"settings must be a SolverSettings (pipeplan.config), got {type(settings).__name__}")
+        raise ConfigError(f"settings must be a SolverSettings (pipeplan.config; a config's solver), or None for "
+                          f"the defaults, got {type(settings).__name__}")
     if executor is not None or store is not None:
         return _frontier_tasks(problem, ordered, settings, executor, store, refresh, task_progress, stop,
                                {} if stats is None else stats)

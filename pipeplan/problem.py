@@ -177,7 +177,11 @@ def _expand(
         accepted = f"{num_devices} (one per device)"
         if num_chunks > 1:
             accepted += f" or {num_model_stages} (one per model stage)"
-        raise ConfigError(f"{name} has {len(values)} values; give a single number or a list of {accepted}")
+        spaced = (len(values) == 1 and isinstance(values[0], str) and len(values[0].split()) > 1
+                  and "," not in values[0])
+        commas = f" (it holds one text, {shown(values[0])}: separate a list's numbers with commas)" if spaced else ""
+        raise ConfigError(f"{name} has {len(values)} value{'s' if len(values) != 1 else ''}{commas}; give a single "
+                          f"number or a list of {accepted}")
     numbers: list[float] = []
     for item in values:
         number = _as_float(name, item, "a finite number or a list of finite numbers")

@@ -28,6 +28,8 @@ BAD_CONFIGS: list[tuple[str, str]] = [
      "leave memory.budget out for no limit)"),
     ("bad-missing-count.yaml", "pipeline.num_microbatches is missing"),
     ("bad-list-length.yaml", "costs.forward has 3 values; give a single number or a list of 4 (one per device)"),
+    ("bad-list-without-commas.yaml", "costs.forward has 1 value (it holds one text, '1 1 1 2': separate a list's "
+     "numbers with commas)"),
     ("bad-weight-activation.yaml", "memory.weight_activation (1.5) is above memory.activation (1)"),
     ("bad-budget-below-activation.yaml", "memory.budget (1.5) on device 0 is below one activation (2)"),
     ("bad-empty.yaml", "the config file is empty; write a config there (the layout is in pipeplan's README"),

@@ -139,9 +139,12 @@ def test_a_narrow_terminal_gets_the_solve_table_whole(
         (["simulate", SEED, "--schedule", "1f1b", "--budget", "3"], "No such option"),
         (["simulate-all", SEED], "No such command 'simulate-all'"),
         (["solve", str(ROOT / "models")], "Invalid value for 'CONFIG': File '"),
+        (["simulate", SEED, "--schedule", "optimal"], f"'optimal' is the optimizer's schedule, not a named one: "
+                                                      f"`pipeplan solve {SEED}` finds it"),
+        (["presets", "llama3.1-8b"], "'llama3.1-8b' is a preset, not a study file: `pipeplan presets` lists"),
     ],
     ids=["unknown-schedule", "missing-schedule", "bad-format", "missing-config", "unknown-flag", "unknown-command",
-         "folder-as-config"],
+         "folder-as-config", "optimal-simulated", "preset-as-study"],
 )
 def test_bad_flags_exit_2_with_message(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     code, _, err = run(capsys, *argv)

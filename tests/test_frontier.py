@@ -99,9 +99,12 @@ def test_bad_budgets_name_the_argument(budgets: object, message: str) -> None:
         frontier(Problem.build(3, 4), budgets, SolverSettings(time_limit_s=1))  # type: ignore[arg-type]
 
 
-def test_settings_must_be_solver_settings() -> None:
+def test_settings_must_be_solver_settings_or_none_for_the_defaults() -> None:
     with pytest.raises(ConfigError, match="settings must be a SolverSettings"):
-        frontier(Problem.build(3, 4), [4], None)  # type: ignore[arg-type]
+        frontier(Problem.build(3, 4), [4], {"time_limit_s": 1})  # type: ignore[arg-type]
+    # None (solve() takes it too) used to be refused: the defaults, here proven optimal at once.
+    [*_, optimal] = frontier(Problem.build(3, 4), [4])
+    assert optimal.schedule == "optimal" and optimal.status == OPTIMAL
 
 
 def test_a_budget_below_the_chunks_minimum_is_a_row_and_all_such_budgets_an_error() -> None:

@@ -65,6 +65,9 @@ def test_size_prints_the_top_table_and_the_gain_and_writes_the_folder(capsys: py
     for div in ("throughput", "memory-breakdown", "gantt-best", "memory-best"):
         assert f'id="{div}"' in page
     assert "<script src=" not in page  # plotly.js is embedded: the page works offline
+    # The best plan's memory chart in GiB, as the tables and best.yaml (it was in bytes, with SI ticks: "40G").
+    memory_chart = page[page.index('id="memory-best"'):]
+    assert '"title":{"text":"GiB"}' in memory_chart and '"text":"bytes"' not in memory_chart
     config = load_config(out / "best.yaml")
     assert config.units.time == "s" and config.problem.budget is not None
     # Memory in GiB (tables of bytes read 6.56519e+10): the budget is what an 80 GiB GPU leaves for activations.

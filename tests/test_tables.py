@@ -68,3 +68,34 @@ def test_an_order_puts_chosen_columns_first_and_the_caption_goes_last() -> None:
     assert [p.caption for p in parts] == [None, "note"]
     whole = fitted_tables("t", [Column(h) for h in headers], body, 200, keep=1, caption="note")
     assert len(whole) == 1 and header_words(whole[0]) == headers and whole[0].caption == "note"
+
+
+def test_small_times_and_memory_in_bytes_read_as_numbers() -> None:
+    """Times in seconds of a small model rounded to 0.0 at three decimals beside the optimizer's 3.3e-08, and
+    memory in bytes printed as 1.28849e+10: small times keep three significant digits, large memory is whole with
+    thousands separators, in the cells and in the budget."""
+    from pipeplan.config import Units
+    from pipeplan.report.tables import metrics_table
+
+    metrics = {"schedule": "1f1b", "feasible": True, "makespan": 3.3e-08, "stage_span": 2.96e-02, "utilization": 0.5,
+               "bubble": 0.5, "peak_memory": 12_884_901_888.0, "peak_memory_per_device": [12_884_901_888.0, 44.1406],
+               "busy_per_device": [0.0296, 213.0], "flushes": 1}
+    text = drawn(metrics_table("t", metrics, Units(time="s", memory="bytes"), [6.5e10, 6.5e10]), 200)
+    for shown in ("3.3e-08", "0.0296", "12,884,901,888 44.1406", "0.0296 213.0", "65,000,000,000"):
+        assert shown in text, text
+    assert "e+10" not in text and " 0.0 " not in text
+
+
+def test_a_small_models_step_time_and_memory_are_not_zero_in_the_sizing_table() -> None:
+    import pandas as pd
+
+    from pipeplan.report.sizing import TOP_COLUMNS, top_table
+
+    row = {column: 1 for column, _, _ in TOP_COLUMNS} | {"recompute": "selective", "schedule": "1f1b",
+                                                         "tokens_per_s": 5e6, "mfu": 0.01, "bubble": 0.2,
+                                                         "step_time_s": 0.00123, "memory_gib": 0.0456, "fits": True}
+    text = "".join(drawn(table, 200) for table in top_table("t", pd.DataFrame([row]), 1))
+    assert "0.00123" in text and "0.0456" in text and "0.00 " not in text, text
+    row |= {"step_time_s": 12.3456, "memory_gib": 45.31}  # as before: two and one decimals
+    text = "".join(drawn(table, 200) for table in top_table("t", pd.DataFrame([row]), 1))
+    assert "12.35" in text and "45.3" in text, text

@@ -113,13 +113,14 @@ def gantt(
     return fig
 
 
-def memory_traces(timeline: Timeline, show_legend: bool = True) -> list[go.Scatter]:
-    """One step line per device: live activation memory from time 0 to the end of the step."""
+def memory_traces(timeline: Timeline, show_legend: bool = True, scale: float = 1.0) -> list[go.Scatter]:
+    """One step line per device: live activation memory from time 0 to the end of the step, in the problem's
+    memory unit divided by ``scale`` (2**30 shows bytes in GiB)."""
     end = max(timeline.end)
     traces = []
     for device, steps in enumerate(memory_timeline(timeline)):
         times = np.array([t for t, _ in steps] + [end], dtype=float)  # arrays: see gantt_traces
-        levels = np.array([level for _, level in steps] + [steps[-1][1]], dtype=float)
+        levels = np.array([level for _, level in steps] + [steps[-1][1]], dtype=float) / scale
         traces.append(
             go.Scatter(
                 x=times,
@@ -158,18 +159,20 @@ def budget_lines(fig: go.Figure, lines: Sequence[tuple[int, float, str | None]],
 
 
 def memory_figure(
-    timeline: Timeline, title: str | None = None, time_unit: str = "units", memory_unit: str = "slots"
+    timeline: Timeline, title: str | None = None, time_unit: str = "units", memory_unit: str = "slots",
+    scale: float = 1.0,
 ) -> go.Figure:
-    """Live activation memory over time, one panel per device, with the device's budget as a dashed line."""
+    """Live activation memory over time, one panel per device, with the device's budget as a dashed line; memory
+    in the problem's unit divided by ``scale``, which ``memory_unit`` names."""
     problem = timeline.problem
     num_devices = problem.num_devices
     fig = make_subplots(rows=num_devices, cols=1, shared_xaxes=True, vertical_spacing=0.02,
                         subplot_titles=[_device_label(d) for d in range(num_devices)])
     budget = problem.budget
-    for device, trace in enumerate(memory_traces(timeline, show_legend=False)):
+    for device, trace in enumerate(memory_traces(timeline, show_legend=False, scale=scale)):
         fig.add_trace(trace, row=device + 1, col=1)
     if budget is not None:
-        budget_lines(fig, [(device + 1, level, None) for device, level in enumerate(budget)])
+        budget_lines(fig, [(device + 1, level / scale, None) for device, level in enumerate(budget)])
     fig.update_yaxes(title=memory_unit, rangemode="tozero")
     fig.update_xaxes(title=f"time ({time_unit})", row=num_devices, col=1)
     fig.update_layout(title=title or f"{timeline.schedule.name}: live activation memory",

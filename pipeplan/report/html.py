@@ -88,8 +88,8 @@ def _glance(summary: dict[str, Any], config: Config) -> str:
         (f"kept until W ({units.memory})", _values(problem.weight_activation) if split else "-"),
         (f"budget per device ({units.memory})", _values(problem.budget)),
         ("objective", f"{summary['objective'].replace('_', ' ')} (lower is better)"),
-        ("solver", f"time limit {_num(solver.time_limit_s)} s, {solver.num_workers} workers, "
-                   f"seed {solver.random_seed}"),
+        ("solver", f"time limit {_num(solver.time_limit_s)} s, {solver.num_workers} "
+                   f"worker{'s' if solver.num_workers != 1 else ''}, seed {solver.random_seed}"),
     ]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f'<table class="glance">{body}</table>'

@@ -60,6 +60,8 @@ def _cell(value: Any, fmt: str) -> str:
         return "-"
     if fmt == "{:d}":
         return fmt.format(int(value))
+    if fmt in ("{:.1f}", "{:.2f}") and 0 < abs(value) < 0.1:  # a small model's step or memory: not 0.00
+        return f"{value:.3g}"
     return fmt.format(value)
 
 
@@ -105,8 +107,9 @@ def gain_sentence(label: str, baseline: dict[str, Any], optimal: dict[str, Any])
     slower = ("; slower although proven optimal: its plan splits the backward into B and W, which may cost more than "
               "it gains on this model, so 1F1B is the better plan here"
               if gain < 0 and optimal["fits"] and baseline["fits"] and optimal["status"] == "OPTIMAL" else "")
+    change = f"{gain:+.1%}" if abs(gain) >= 0.0005 else f"{gain:+.2%}"  # never "-0.0%"
     return (f"optimal schedule on {label}: {optimal['tokens_per_s']:,.0f} tokens/s against 1F1B's "
-            f"{baseline['tokens_per_s']:,.0f} ({gain:+.1%}; optimizer {proof}{slower}){fit}")
+            f"{baseline['tokens_per_s']:,.0f} ({change}; optimizer {proof}{slower}){fit}")
 
 
 def _figure(fig: go.Figure, div_id: str) -> str:
@@ -186,9 +189,9 @@ def build_report(name: str, frame: pd.DataFrame, top: int, best_timeline: Timeli
     setting_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in
                            settings.items())
     timeline_fig = gantt(best_timeline, title=f"best plan: {best_timeline.schedule.name}", time_unit="s")
+    # The sized problem counts bytes; shown in GiB, as the tables and best.yaml give memory.
     memory_fig = memory_figure(best_timeline, title="best plan: live activation memory per device (budget dashed)",
-                               time_unit="s", memory_unit="bytes")
-    memory_fig.update_yaxes(tickformat="~s")  # 40G rather than plotly's default 40B (billions) of bytes
+                               time_unit="s", memory_unit="GiB", scale=GIB)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>pipeplan size: {html.escape(name)}</title>", f"<style>{_STYLE}</style>",

@@ -17,7 +17,10 @@ from pipeplan.frontier import FrontierRow
 
 
 def _fmt_time(value: float) -> str:
-    """Up to 3 decimals, trailing zeros dropped, at least one decimal: 213.0, 91.34, 0.125."""
+    """Up to 3 decimals, trailing zeros dropped, at least one decimal: 213.0, 91.34, 0.125; below 0.1, three
+    significant digits (0.0296, 3.3e-08: times in seconds of a small model), which 3 decimals would round away."""
+    if 0 < abs(value) < 0.1:
+        return f"{value:.3g}"
     rounded = round(value, 3)
     return f"{rounded:,.1f}" if rounded == int(rounded) else f"{rounded:,.3f}".rstrip("0")
 
@@ -36,7 +39,9 @@ def format_gap(gap: float) -> str:
 
 
 def _fmt_memory(value: float) -> str:
-    return f"{value:g}"
+    """Six significant digits (44.1406, 17.5); from 100,000 to 10**15, whole with thousands separators
+    (12,884,901,888: memory in bytes), which six digits would print as 1.28849e+10."""
+    return f"{value:,.0f}" if 1e5 <= abs(value) < 1e15 else f"{value:g}"
 
 
 def metrics_table(title: str, metrics: dict[str, Any], units: Units, budget: Sequence[float] | None) -> Table:
@@ -65,14 +70,15 @@ def metrics_table(title: str, metrics: dict[str, Any], units: Units, budget: Seq
 
 def _per_device(budget: Sequence[float]) -> str:
     """One value when every device has the same budget, else each device's in device order (as the peaks)."""
-    values = [f"{b:g}" for b in budget]
+    values = [_fmt_memory(b) for b in budget]
     return values[0] if len(set(values)) == 1 else " ".join(values)
 
 
 def _budget_text(budget: float | list[float] | None, units: Units) -> str:
     if budget is None:
         return "no memory budget"
-    values = f"{budget:g}" if isinstance(budget, (int, float)) else " ".join(f"{b:g}" for b in budget)
+    values = (_fmt_memory(budget) if isinstance(budget, (int, float))
+              else " ".join(_fmt_memory(b) for b in budget))
     return f"budget {values} {units.memory}"
 
 
@@ -138,7 +144,7 @@ def frontier_tables(name: str, rows: Sequence[FrontierRow], objective: str, unit
 
     columns = [Column(f"budget ({units.memory})"), *(Column(schedule) for schedule in named),
                Column("optimal", style="bold"), Column("lower bound"), Column("gap"), Column("status", "left")]
-    body = [[f"{budget:g}", *(named_cell(budget, s) for s in named), *solved_cells(budget)] for budget in budgets]
+    body = [[_fmt_memory(budget), *(named_cell(budget, s) for s in named), *solved_cells(budget)] for budget in budgets]
     solved = list(range(len(columns) - 4, len(columns)))
     return fitted_tables(f"{name}: {objective.replace('_', ' ')} ({units.time}) against budget ({units.memory})",
                          columns, body, width, keep=1, order=[*solved, *range(1, len(named) + 1)],

@@ -82,15 +82,19 @@ def check_fields(what: str, fields: Mapping[str, Any], accepted: tuple[str, ...]
 
 def positive_number(what: str, name: str, value: object, whole: bool = False,
                     allow_zero: bool = False) -> int | float:
-    """``value`` as a Python int (``whole``) or number, or a :class:`ConfigError` naming ``what.name`` unless it
-    is a positive (or >= 0) number. NumPy's numbers count (a row of a sweep's table holds them)."""
+    """``value`` as a Python int (``whole``) or number, or a :class:`ConfigError` naming ``what.name`` (``name``
+    alone when ``what`` is empty: a keyword, or a study's top-level key) unless it is a positive (or >= 0) number.
+    NumPy's numbers count (a row of a sweep's table holds them)."""
+    field = f"{what}.{name}" if what else name
     if isinstance(value, (bool, *np_bool_types())) or not isinstance(value, numbers.Integral if whole else
                                                                      numbers.Real):
         kind = "a whole number" if whole else "a number"
-        raise ConfigError(f"{what}.{name} must be {kind}, got {value!r}")
+        write = (f" (write {int(value)})" if isinstance(value, float) and math.isfinite(value) and value.is_integer()
+                 else "")
+        raise ConfigError(f"{field} must be {kind}, got {value!r}{write}")
     number = float(value)
     if not math.isfinite(number) or (number < 0 if allow_zero else number <= 0):
-        raise ConfigError(f"{what}.{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+        raise ConfigError(f"{field} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
     return int(value) if isinstance(value, numbers.Integral) else number
 
 

@@ -53,7 +53,7 @@ class Setup:
     def __post_init__(self) -> None:
         for name in ("tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size",
                      "global_batch_size", "seq_len", "num_chunks"):
-            set_positive(self, "setup", name, whole=True)
+            set_positive(self, "", name, whole=True)  # keywords of estimate() and keys of a study
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
         for name in ("sequence_parallel", "flash_attention", "distributed_optimizer", "overlap_grad_sync"):

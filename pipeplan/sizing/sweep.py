@@ -224,8 +224,8 @@ def sweep_with_stats(
     _check_options(time_limit_s, optimal_top, num_workers, processes)
     _check_hooks(store, progress, stop)
     # One value each for every configuration: a bad one is the caller's typo, not a row that does not fit.
-    global_batch_size = int(positive_number("setup", "global_batch_size", global_batch_size, whole=True))
-    seq_len = int(positive_number("setup", "seq_len", seq_len, whole=True))
+    global_batch_size = int(positive_number("", "global_batch_size", global_batch_size, whole=True))
+    seq_len = int(positive_number("", "seq_len", seq_len, whole=True))
     space = list(itertools.product(
         _whole_numbers("num_gpus", num_gpus), _whole_numbers("tensor_parallel", tensor_parallel),
         _whole_numbers("pipeline_parallel", pipeline_parallel), _whole_numbers("microbatch_size", microbatch_size),
