@@ -253,3 +253,18 @@ def test_each_budget_is_warm_started_from_the_previous_answer_under_its_budgets_
             if r.schedule == "optimal"]
     assert hints_seen == [[], ["budget 4"], ["budget 5"]]
     assert all(r.source != "optimal" for r in rows)
+
+
+def test_the_frontier_chart_names_the_schedules_it_cannot_draw() -> None:
+    """A schedule over every budget swept has no point to draw, and plotly left it out of the legend without a
+    word (the table lists its values in parentheses); the chart now names it."""
+    from pipeplan.report.figures import frontier_figure
+
+    def row(budget: float, schedule: str, feasible: bool, value: float) -> FrontierRow:
+        return FrontierRow(budget, schedule, feasible, value, value, value, 0.9, budget + (0 if feasible else 5),
+                           **({"status": OPTIMAL, "lower_bound": value, "gap": 0.0} if schedule == "optimal" else {}))
+
+    rows = [row(b, s, s != "zb-h2", v) for b in (6, 8) for s, v in (("1f1b", 20.0), ("zb-h2", 17.0), ("optimal", 18.0))]
+    fig = frontier_figure(rows, "makespan", "t")
+    assert [a.text for a in fig.layout.annotations] == ["not drawn, over every budget swept: zb-h2"]
+    assert not frontier_figure([r for r in rows if r.schedule != "zb-h2"], "makespan", "t").layout.annotations

@@ -49,7 +49,7 @@ def test_parts_cover_every_column_once_and_fit_when_one_column_does(headers: lis
         names = header_words(part)
         assert names[:len(kept)] == kept  # every part identifies its rows the same way
         others += names[len(kept):]
-        assert part.title == f"title ({n + 1} of {len(parts)})"
+        assert part.title == f"({n + 1} of {len(parts)}) title"
         text = drawn(part, width)
         single = len(names) == len(kept) + 1
         if not single:  # a part of more than one column beyond the kept ones is only made when it fits
@@ -99,3 +99,16 @@ def test_a_small_models_step_time_and_memory_are_not_zero_in_the_sizing_table() 
     row |= {"step_time_s": 12.3456, "memory_gib": 45.31}  # as before: two and one decimals
     text = "".join(drawn(table, 200) for table in top_table("t", pd.DataFrame([row]), 1))
     assert "12.35" in text and "45.3" in text, text
+
+
+def test_a_narrow_part_keeps_its_title_on_few_lines() -> None:
+    """A part of one narrow column beside the kept one was as narrow as its cells, and its title wrapped a word or
+    two a line (six lines at 60 columns); a part is now as wide as its title's longest line, within the width."""
+    title = "split-8x32: 8 stages x 32 microbatches, budget 12 activations"
+    headers = ["schedule", "makespan", "span", "bubble", "peak", "fits", "proof"]
+    body = [["* optimal", "87.21", "86.36", "8.3 %", "12", "yes", "optimal"]]
+    parts = fitted_tables(title, [Column(h) for h in headers], body, 60, keep=1)
+    assert len(parts) == 2 and header_words(parts[1]) == ["schedule", "proof"]
+    text = drawn(parts[1], 60)
+    title_lines = text[:text.index("┏")].strip("\n").splitlines()
+    assert len(title_lines) <= 2 and title_lines[0].strip().startswith("(2 of 2) split-8x32"), text

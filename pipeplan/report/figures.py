@@ -294,9 +294,12 @@ def frontier_figure(
     names = list(dict.fromkeys(row.schedule for row in rows))
     colours = schedule_colours(names)
     fig = go.Figure()
+    never: list[str] = []  # schedules over every budget swept: no point to draw (plotly leaves them out)
     for name in sorted(names, key=lambda n: n == "optimal"):
         points = [row for row in rows if row.schedule == name and row.feasible and row.objective is not None]
         optimal = name == "optimal"
+        if not points and not optimal:
+            never.append(name)
         fig.add_trace(go.Scatter(
             x=[row.budget for row in points], y=[row.objective for row in points],
             mode="lines+markers", name=name,
@@ -319,6 +322,10 @@ def frontier_figure(
         yaxis={"title": f"{objective.replace('_', ' ')} ({time_unit}), lower is better"},
         height=560, width=1000,
     )
+    if never:
+        fig.add_annotation(text=f"not drawn, over every budget swept: {', '.join(never)}", xref="paper",
+                           yref="paper", x=0, y=1, xanchor="left", yanchor="bottom", showarrow=False,
+                           font={"size": 12, "color": "#555"})
     return fig
 
 

@@ -167,13 +167,16 @@ def fitted_tables(title: str, columns: Sequence[Column], body: Sequence[Sequence
     table when it fits in ``width`` columns (or ``width`` is None), else as several: no cell is ever wrapped or cut
     short (headers may wrap). Each part repeats the first ``keep`` columns, which identify a row, and takes as many
     of the others as fit, in ``order`` (their indices, none of them kept; default: as given); with ``keep`` 0 the
-    parts number the rows in a "#" column instead. Parts are titled "``title`` (i of n)"; the caption goes under
+    parts number the rows in a "#" column instead. Parts are titled "(i of n) ``title``"; the caption goes under
     the last. A column too wide to fit beside the kept ones even alone gets a part of its own, wider than
     ``width``."""
     widest = [max((cell_len(str(row[i])) for row in body), default=1) for i in range(len(columns))]
 
     def table(part_title: str, indices: Sequence[int], numbered: bool = False) -> Table:
-        out = Table(title=part_title, header_style="bold")
+        # As wide as its title's longest line (within ``width``): a narrow part (a lone column beside the kept
+        # ones) wrapped its title a few words a line.
+        longest = max((cell_len(line) for line in part_title.splitlines()), default=0)
+        out = Table(title=part_title, header_style="bold", min_width=min(longest, width) if width else None)
         if numbered:
             out.add_column("#", justify="right", min_width=len(str(len(body))))
         for i in indices:
@@ -196,7 +199,8 @@ def fitted_tables(title: str, columns: Sequence[Column], body: Sequence[Sequence
             groups[-1].append(i)
         else:
             groups.append([i])
-    parts = [table(f"{title} ({n + 1} of {len(groups)})", [*kept, *group], numbered=not kept)
+    # The part's number first, where a narrow terminal does not break it over two lines.
+    parts = [table(f"({n + 1} of {len(groups)}) {title}", [*kept, *group], numbered=not kept)
              for n, group in enumerate(groups)]
     parts[-1].caption = caption
     return parts
