@@ -113,6 +113,17 @@ def test_bad_model_or_hardware_names_the_field(kind: str, value: Any, message: s
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize("kind", ["model", "hardware"])
+def test_a_bad_field_in_a_yaml_file_names_the_file(tmp_path: Any, kind: str) -> None:
+    """A study naming `model: mine.yaml` said "model.hidden_size must be a whole number" without saying where."""
+    path = tmp_path / "mine.yaml"
+    field = "hidden_size: 256.5" if kind == "model" else "peak_tflops: -1"
+    path.write_text(f"preset: {'llama2-7b' if kind == 'model' else 'h100-80gb'}\n{field}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        (load_model if kind == "model" else load_hardware)(str(path))
+    assert str(caught.value).startswith(f"{kind} file {str(path)!r}: {kind}.{field.split(':')[0]} must be ")
+
+
 def test_a_model_yaml_file_loads(tmp_path: Any) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text("preset: llama2-7b\nnum_layers: 8\n", encoding="utf-8")

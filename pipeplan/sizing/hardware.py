@@ -11,7 +11,7 @@ import logging
 from dataclasses import MISSING, dataclass, fields
 
 from pipeplan.problem import ConfigError
-from pipeplan.sizing.records import check_fields, presets, resolve, set_positive
+from pipeplan.sizing.records import check_fields, named_file, presets, resolve, set_positive
 
 log = logging.getLogger(__name__)
 
@@ -113,13 +113,14 @@ def load_hardware(value: object) -> Hardware:
     file; a missing field is named."""
     if isinstance(value, Hardware):
         return value
-    name, data = resolve(value, "hardware", "hardware")
-    check_fields("hardware", data, HARDWARE_FIELDS)
-    required = [f.name for f in fields(Hardware) if f.name != "name" and f.default is MISSING]
-    missing = [key for key in required if key not in data]
-    if missing:
-        raise ConfigError(f"hardware.{missing[0]} is missing; hardware needs {', '.join(required)}")
-    hardware = Hardware(name=name, **data)
+    with named_file(value, "hardware"):
+        name, data = resolve(value, "hardware", "hardware")
+        check_fields("hardware", data, HARDWARE_FIELDS)
+        required = [f.name for f in fields(Hardware) if f.name != "name" and f.default is MISSING]
+        missing = [key for key in required if key not in data]
+        if missing:
+            raise ConfigError(f"hardware.{missing[0]} is missing; hardware needs {', '.join(required)}")
+        hardware = Hardware(name=name, **data)
     for field_name, (low, high, unit) in PLAUSIBLE.items():
         number = getattr(hardware, field_name)
         if not low <= number <= high:

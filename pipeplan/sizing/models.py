@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pipeplan.problem import ConfigError
-from pipeplan.sizing.records import check_fields, presets, resolve, set_positive
+from pipeplan.sizing.records import check_fields, named_file, presets, resolve, set_positive
 
 # The keys of a model record, in the order of the preset files; they are a contract.
 MODEL_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads",
@@ -113,14 +113,15 @@ def load_model(value: object) -> Model:
     """
     if isinstance(value, Model):
         return value
-    name, data = resolve(value, "models", "model")
-    check_fields("model", data, MODEL_FIELDS)
-    missing = [key for key in REQUIRED if key not in data]
-    if missing:
-        raise ConfigError(f"model.{missing[0]} is missing; a model needs {', '.join(REQUIRED)}")
-    data.setdefault("num_kv_heads", data["num_attention_heads"])
-    known = {f.name for f in fields(Model)}
-    return Model(name=name, **{k: v for k, v in data.items() if k in known})
+    with named_file(value, "model"):
+        name, data = resolve(value, "models", "model")
+        check_fields("model", data, MODEL_FIELDS)
+        missing = [key for key in REQUIRED if key not in data]
+        if missing:
+            raise ConfigError(f"model.{missing[0]} is missing; a model needs {', '.join(REQUIRED)}")
+        data.setdefault("num_kv_heads", data["num_attention_heads"])
+        known = {f.name for f in fields(Model)}
+        return Model(name=name, **{k: v for k, v in data.items() if k in known})
 
 
 def model_record(model: Model) -> dict[str, Any]:

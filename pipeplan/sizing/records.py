@@ -7,13 +7,14 @@ that the record's dataclass then validates.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -45,7 +46,7 @@ def resolve(value: object, kind: str, what: str) -> tuple[str, dict[str, Any]]:
     ``what`` names the input in messages ("model", "hardware"). An unknown preset lists the valid ones.
     """
     known = presets(kind)
-    if isinstance(value, Path) or (isinstance(value, str) and value.endswith((".yaml", ".yml"))):
+    if is_file(value):
         path = Path(value)
         data = _read_yaml(path, what)
         if not isinstance(data, Mapping):
@@ -71,6 +72,23 @@ def resolve(value: object, kind: str, what: str) -> tuple[str, dict[str, Any]]:
             return str(name or base_name), merged
         return str(name or f"custom-{what}"), fields
     raise ConfigError(f"{what} must be a preset name, a mapping of fields or a YAML file, got {value!r}")
+
+
+def is_file(value: object) -> TypeGuard[str | Path]:
+    """Whether a model or hardware value names a YAML file (else a preset name, a mapping or a record)."""
+    return isinstance(value, Path) or (isinstance(value, str) and value.endswith((".yaml", ".yml")))
+
+
+@contextlib.contextmanager
+def named_file(value: object, what: str) -> Iterator[None]:
+    """Re-raise a :class:`ConfigError` about a record read from a YAML file with the file's name in front: a
+    study that names ``model: mine.yaml`` said "model.hidden_size must be a whole number" without saying where."""
+    try:
+        yield
+    except ConfigError as exc:
+        if not is_file(value) or str(value) in str(exc):
+            raise
+        raise ConfigError(f"{what} file {str(value)!r}: {exc}") from None
 
 
 def check_fields(what: str, fields: Mapping[str, Any], accepted: tuple[str, ...]) -> None:
