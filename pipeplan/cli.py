@@ -248,13 +248,15 @@ class _ProgressLine(_StatusLine):
 
     def __call__(self, report: Progress | SweepProgress) -> None:
         if isinstance(report, SweepProgress):
-            self.prefix = format_sweep(report, self.memory_unit)
             if report.solve is None:
+                self._pending_line()  # the budget before this one: its last report
+                self.prefix = format_sweep(report, self.memory_unit)
                 self.objective = self.bound = None
                 self.phase = "named schedules ..."
                 self.started = time.monotonic()
                 self._plain_line(always=True)  # each budget's start
                 return
+            self.prefix = format_sweep(report, self.memory_unit)
             report = report.solve
         self.phase = "solving"
         if report.objective is not None:
@@ -264,8 +266,7 @@ class _ProgressLine(_StatusLine):
         self._plain_line()
 
     def _plain_line(self, always: bool = False) -> None:
-        """With --progress on a pipe: the line, one a second at most unless ``always`` (a budget's start,
-        the last report at the end)."""
+        """With --progress on a pipe: the line, one a second at most unless ``always`` (a budget's start)."""
         if not self.lines:
             return
         self.unprinted = True
@@ -274,10 +275,15 @@ class _ProgressLine(_StatusLine):
             self.console.print(self.__rich__(), highlight=False, markup=False, soft_wrap=True)
             self.last_line, self.unprinted = now, False
 
-    def __exit__(self, *exc: object) -> None:
-        super().__exit__(*exc)
+    def _pending_line(self) -> None:
+        """The last report, when the one-a-second limit held it back: a budget's result, before the next budget
+        starts or the sweep ends."""
         if self.unprinted:
             self._plain_line(always=True)
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        self._pending_line()
 
 
 _INTERRUPTED_SEARCH = "interrupted: the search was stopped early; the results above are the best found by then"
@@ -385,8 +391,10 @@ def format_progress(elapsed_s: float, objective: float | None, bound: float | No
 
 def format_sweep(report: SweepProgress, memory_unit: str) -> str:
     """Which budget of a frontier sweep is running, e.g. "budget 3/7 (12 slots)"."""
+    from pipeplan.report.tables import format_memory
+
     unit = f" {memory_unit}" if memory_unit else ""
-    return f"budget {report.index + 1}/{report.total} ({report.budget:g}{unit})"
+    return f"budget {report.index + 1}/{report.total} ({format_memory(report.budget)}{unit})"
 
 
 def _settings(cfg: Config, **overrides: Any) -> SolverSettings:
@@ -875,18 +883,18 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     else:
         _refuse_existing(out, force)
         _warn_refresh_without_store(refresh, None)
-        with _Interrupts(stop), _ProgressLine(not quiet, cfg.units.time, cfg.units.memory,
+        with _Interrupts(stop), _ProgressLine(not quiet or show_progress, cfg.units.time, cfg.units.memory,
                                               forced=show_progress) as progress:
             rows = frontier(cfg.problem, sweep, settings, progress=progress, stop=stop)
         written = True
         _write_frontier(out, force, rows, cfg, settings, no_png)
-    from pipeplan.report.tables import frontier_tables
+    from pipeplan.report.tables import format_memory, frontier_tables
 
     console = _console()
     console.print(*frontier_tables(cfg.name, rows, settings.objective, cfg.units, console.width))
     for row in rows:
         if row.note:
-            console.print(f"budget {row.budget:g}: {row.note}", style="yellow", soft_wrap=True)
+            console.print(f"budget {format_memory(row.budget)}: {row.note}", style="yellow", soft_wrap=True)
     if tasks:
         place.summary(console, stats["total"], stats["reused"], stats["ran"], stats["failures"])
     if out is not None and written:
@@ -903,17 +911,19 @@ def _stopped_in_process(budgets: Sequence[float], rows: Sequence[Any]) -> str:
     """What a Ctrl-C left of an in-process sweep: the budget it cut short (if it cut one short: the stop may
     come between two budgets) and the budgets never run."""
     from pipeplan.frontier import STOPPED_NOTE
+    from pipeplan.report.tables import format_memory
 
     if not rows:
         return _INTERRUPTED_SEARCH
     reached = {row.budget for row in rows}
     left = [budget for budget in sorted(set(budgets)) if budget not in reached]
     cut = [row.budget for row in rows if row.note == STOPPED_NOTE]
-    done = (f"the sweep stopped at budget {cut[0]:g} (its row is the best found by then)" if cut
-            else f"the sweep stopped after budget {max(reached):g} had finished (every row above is whole)")
+    done = (f"the sweep stopped at budget {format_memory(cut[0])} (its row is the best found by then)" if cut
+            else f"the sweep stopped after budget {format_memory(max(reached))} had finished (every row above is "
+                 f"whole)")
     if not left:
         return f"interrupted: {done}"
-    shown = ", ".join(f"{budget:g}" for budget in left[:8]) + (", ..." if len(left) > 8 else "")
+    shown = ", ".join(format_memory(budget) for budget in left[:8]) + (", ..." if len(left) > 8 else "")
     return (f"interrupted: {done}; {len(left)} of {len(set(budgets))} budgets were not run ({shown}); with "
             "--store FILE a sweep keeps every budget it finishes and the same command again runs only the rest")
 

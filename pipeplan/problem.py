@@ -177,8 +177,7 @@ def _expand(
         accepted = f"{num_devices} (one per device)"
         if num_chunks > 1:
             accepted += f" or {num_model_stages} (one per model stage)"
-        spaced = (len(values) == 1 and isinstance(values[0], str) and len(values[0].split()) > 1
-                  and "," not in values[0])
+        spaced = len(values) == 1 and _spaced_numbers(values[0])
         commas = f" (it holds one text, {shown(values[0])}: separate a list's numbers with commas)" if spaced else ""
         raise ConfigError(f"{name} has {len(values)} value{'s' if len(values) != 1 else ''}{commas}; give a single "
                           f"number or a list of {accepted}")
@@ -632,7 +631,8 @@ def _as_float(name: str, value: object, what: str = "a finite number") -> float:
     """``value`` as a float, or a :class:`ConfigError` naming ``name`` when it is not a finite number (including
     a whole number too large for a float)."""
     if not _is_number(value):
-        raise ConfigError(f"{name} must be {what}, got {shown(value)}")
+        commas = "; separate a list's numbers with commas, e.g. [1, 2]" if _spaced_numbers(value) else ""
+        raise ConfigError(f"{name} must be {what}, got {shown(value)}{commas}")
     try:
         number = float(value)  # type: ignore[arg-type]
     except OverflowError:
@@ -641,6 +641,18 @@ def _as_float(name: str, value: object, what: str = "a finite number") -> float:
     if not math.isfinite(number):
         raise ConfigError(f"{name} must be {what}, got {shown(value)}")
     return number
+
+
+def _spaced_numbers(value: object) -> bool:
+    """Whether ``value`` is a text of several numbers separated by spaces: YAML reads ``[1 1 2]`` as a list of one
+    text, and ``1 1 2`` as a text."""
+    if not isinstance(value, str) or len(value.split()) < 2:
+        return False
+    try:
+        [float(part.strip(",")) for part in value.split()]
+    except ValueError:
+        return False
+    return True
 
 
 def _check_value(name: str, value: object) -> None:

@@ -30,6 +30,8 @@ BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-list-length.yaml", "costs.forward has 3 values; give a single number or a list of 4 (one per device)"),
     ("bad-list-without-commas.yaml", "costs.forward has 1 value (it holds one text, '1 1 1 2': separate a list's "
      "numbers with commas)"),
+    ("bad-numbers-without-brackets.yaml", "costs.forward must be a finite number or a list of finite numbers, got "
+     "'1 1 1 2'; separate a list's numbers with commas, e.g. [1, 2]"),
     ("bad-weight-activation.yaml", "memory.weight_activation (1.5) is above memory.activation (1)"),
     ("bad-budget-below-activation.yaml", "memory.budget (1.5) on device 0 is below one activation (2)"),
     ("bad-empty.yaml", "the config file is empty; write a config there (the layout is in pipeplan's README"),

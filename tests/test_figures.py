@@ -51,6 +51,11 @@ def test_memory_figure_follows_the_memory_timeline() -> None:
     assert [max(trace.y) for trace in fig.data] == [4, 4, 4]
     budget_lines = [shape for shape in fig.layout.shapes if shape.y0 == shape.y1 == 5]
     assert len(budget_lines) == SPLIT.num_devices
+    # Scaled (the size report shows its bytes in GiB): every level and the budget divided, the axis named.
+    scaled = memory_figure(timeline, memory_unit="halves", scale=0.5)
+    assert [max(trace.y) for trace in scaled.data] == [8, 8, 8]
+    assert len([shape for shape in scaled.layout.shapes if shape.y0 == shape.y1 == 10]) == SPLIT.num_devices
+    assert scaled.layout.yaxis.title.text == "halves"
 
 
 def test_each_device_panel_has_its_own_budget_line() -> None:

@@ -170,13 +170,15 @@ def test_bounds_proven_at_larger_budgets_carry_down() -> None:
 
 def test_progress_flag_prints_lines_on_a_pipe_in_one_process(capsys: pytest.CaptureFixture[str]) -> None:
     """Without a store and with one job the budgets are solved in this process: --progress used to print nothing
-    there on a pipe. Each budget's start is a line, and so is the last report."""
+    there on a pipe. Each budget's start is a line, and so is each budget's last report (held back by the limit of
+    a line a second, it is printed before the next budget starts)."""
     argv = ["frontier", str(TINY_CONFIG), "--budgets", "2:3:1", "--time-limit", "1", "--workers", "1"]
     assert main(argv) == 0
     assert capsys.readouterr().err == ""  # not a terminal: nothing without the flag
     assert main([*argv, "--progress"]) == 0
     lines = capsys.readouterr().err.splitlines()
     assert "budget 1/2 (2 slots): named schedules ..." in lines and "budget 2/2 (3 slots): named schedules ..." in lines
+    assert any(line.startswith("budget 1/2 (2 slots): solving: ") for line in lines), lines
     assert lines[-1].startswith("budget 2/2 (3 slots): solving: "), lines
 
 

@@ -63,16 +63,20 @@ def test_a_mapping_overrides_a_preset_field() -> None:
 
 
 @pytest.mark.parametrize(("field", "value", "unit"), [
-    ("peak_tflops", 989e12, "TFLOP/s"), ("memory_gib", 80 * 2**30, "GiB"), ("memory_bandwidth_gbs", 3.35, "GB/s"),
-    ("inter_node_bandwidth_gbs", 400e9 / 8, "GB/s each way")], ids=["flops", "bytes", "tb-per-s", "bytes-per-s"])
-def test_a_value_in_the_wrong_unit_is_warned_about(caplog: pytest.LogCaptureFixture, field: str, value: float,
-                                                   unit: str) -> None:
-    """A field given in FLOP/s, bytes or TB/s loaded silently and made every configuration fit, or none, or run
-    at 0 % MFU; it still loads (a future part may exceed any range), with a warning naming the field's unit."""
+    ("peak_tflops", 989e12, "TFLOP/s"), ("peak_tflops", 2.25, "TFLOP/s"), ("memory_gib", 80 * 2**30, "GiB"),
+    ("memory_bandwidth_gbs", 3.35, "GB/s"), ("intra_node_bandwidth_gbs", 1.8, "GB/s each way"),
+    ("inter_node_bandwidth_gbs", 400e9 / 8, "GB/s each way")],
+    ids=["flops", "pflops", "bytes", "tb-per-s", "nvlink-tb-per-s", "bytes-per-s"])
+def test_a_value_in_the_wrong_unit_is_warned_about_once(caplog: pytest.LogCaptureFixture, field: str, value: float,
+                                                        unit: str) -> None:
+    """A field given in FLOP/s, PFLOP/s, bytes or TB/s loaded silently and made every configuration fit, or none,
+    or run at 0 % MFU; it still loads (a future part may exceed any range), with a warning naming the field's
+    unit, once however often it is loaded (a size run loads its GPU several times)."""
     for name in hardware_presets():  # the presets themselves: silent
         load_hardware(name)
     assert not caplog.records
-    hardware = load_hardware({"preset": "h100-80gb", field: value})
+    for _ in range(3):
+        hardware = load_hardware({"preset": "h100-80gb", field: value})
     assert getattr(hardware, field) == value
     [record] = caplog.records
     assert record.levelname == "WARNING" and f"hardware.{field} is " in record.getMessage()
@@ -328,6 +332,8 @@ def test_numpy_numbers_from_a_sweeps_table_are_taken_as_they_are_and_bad_common_
         common = {key: value for key, value in {**kwargs, **bad}.items() if key != "schedule"}
         with pytest.raises(ConfigError, match="^" + re.escape(message)):  # named as the keyword ("setup.seq_len")
             sweep(**common, num_gpus=8, tensor_parallel=2, pipeline_parallel=2)
+    with pytest.raises(ConfigError, match=r"^seq_len must be a whole number, got 0\.0$"):  # not "(write 0)"
+        estimate(**{**kwargs, "seq_len": 0.0}, tensor_parallel=2, pipeline_parallel=2)
 
 
 def test_a_value_given_twice_in_the_search_space_gives_its_rows_once() -> None:
@@ -636,8 +642,10 @@ def test_the_gain_sentence_says_why_the_optimizer_can_be_slower_than_1f1b() -> N
     # Not where 1F1B does not fit the memory, nor where the search was cut short: those have other causes.
     assert "slower" not in gain_sentence("x", {**baseline, "fits": False}, slower)
     assert "slower" not in gain_sentence("x", baseline, {**slower, "status": "FEASIBLE", "gap": 0.4})
-    # A change that rounds to nothing at one decimal printed "-0.0%".
-    assert "(-0.02%; " in gain_sentence("x", baseline, {**faster, "tokens_per_s": 499_844.0})
+    # A change that rounds to nothing at one decimal printed "-0.0%", and one token's loss was "slower".
+    tiny = gain_sentence("x", baseline, {**faster, "tokens_per_s": 499_844.0})
+    assert "(-0.02%; " in tiny and "slower" not in tiny
+    assert "(±0.00%; " in gain_sentence("x", baseline, {**faster, "tokens_per_s": 499_943.0})
 
 
 @pytest.mark.parametrize("chunks", [1, 2])

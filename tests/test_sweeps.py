@@ -154,6 +154,23 @@ def test_a_script_without_the_main_guard_is_told_so(tmp_path: Path) -> None:
     assert done.stderr.count(guard) >= 1 and "BrokenProcessPool" in done.stdout and guard in done.stdout, done.stdout
 
 
+@pytest.mark.parametrize(("main_file", "guard"), [("/home/me/study.py", True), ("/usr/local/bin/pipeplan", False)],
+                         ids=["script", "command"])
+def test_a_dead_workers_error_mentions_the_guard_only_from_a_script(monkeypatch: pytest.MonkeyPatch, main_file: str,
+                                                                   guard: bool) -> None:
+    """The `pipeplan` command's workers cannot start more: its rows (and the store, and sweep.csv) are not told
+    about a guard they do not need."""
+    import types
+
+    from pipeplan.executors.local import worker_died
+
+    main = types.ModuleType("__main__")
+    main.__file__ = main_file
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert worker_died().startswith("BrokenProcessPool: a worker process died before this task finished")
+    assert ("__name__ == \"__main__\"" in worker_died()) == guard
+
+
 # ------------------------------------------------------------------------------------ local against Ray
 
 
@@ -494,10 +511,27 @@ def test_progress_on_a_pipe_only_with_the_flag(capsys: pytest.CaptureFixture[str
     if shown:
         last = captured.err.strip().splitlines()[-1]
         assert last.startswith("progress: 18/18 done, 0 reused, 0 failed, ") and last.endswith(" s elapsed"), last
-        assert captured.err.count("progress: 18/18 done") == 1, captured.err  # printed twice before
+        assert captured.err.count("progress: 18/18 done") == 1, captured.err
     assert "0 of 18 results came from the store" in captured.out  # 9 configurations, 2 schedules
     assert main(["size", str(study), "--store", str(store), "--jobs", "1", "--quiet"]) == 0
     assert f"18 of 18 results came from the store {store}" in capsys.readouterr().out
+
+
+def test_the_last_progress_line_is_printed_once(capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --progress on a pipe the last report was printed again at the end when a line a second had already
+    printed it (a sweep whose last task came more than a second after the one before)."""
+    from types import SimpleNamespace
+
+    from pipeplan import cli
+
+    clock = iter([100.0, 100.1, 102.0, 102.1, 105.0, 105.1, 105.2])
+    monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
+    with cli._TaskProgress(quiet=False, forced=True) as progress:
+        for done in (1, 2):
+            progress(SimpleNamespace(done=done, total=2, reused=0, failed=0))
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["progress: 1/2 done", "progress: 2/2 done"], lines
 
 
 def test_a_failed_budget_is_listed_and_the_frontier_goes_on(capsys: pytest.CaptureFixture[str], tmp_path: Path,

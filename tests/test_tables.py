@@ -93,9 +93,9 @@ def test_a_small_models_step_time_and_memory_are_not_zero_in_the_sizing_table() 
 
     row = {column: 1 for column, _, _ in TOP_COLUMNS} | {"recompute": "selective", "schedule": "1f1b",
                                                          "tokens_per_s": 5e6, "mfu": 0.01, "bubble": 0.2,
-                                                         "step_time_s": 0.00123, "memory_gib": 0.0456, "fits": True}
+                                                         "step_time_s": 0.00123, "memory_gib": 0.149, "fits": True}
     text = "".join(drawn(table, 200) for table in top_table("t", pd.DataFrame([row]), 1))
-    assert "0.00123" in text and "0.0456" in text and "0.00 " not in text, text
+    assert "0.00123" in text and "0.149" in text and "0.00 " not in text, text
     row |= {"step_time_s": 12.3456, "memory_gib": 45.31}  # as before: two and one decimals
     text = "".join(drawn(table, 200) for table in top_table("t", pd.DataFrame([row]), 1))
     assert "12.35" in text and "45.3" in text, text
@@ -112,3 +112,7 @@ def test_a_narrow_part_keeps_its_title_on_few_lines() -> None:
     text = drawn(parts[1], 60)
     title_lines = text[:text.index("┏")].strip("\n").splitlines()
     assert len(title_lines) <= 2 and title_lines[0].strip().startswith("(2 of 2) split-8x32"), text
+    # The same for a narrow table that fits whole.
+    [whole] = fitted_tables(title, [Column("schedule"), Column("proof")], [["* optimal", "optimal"]], 80)
+    text = drawn(whole, 80)
+    assert len(text[:text.index("┏")].strip("\n").splitlines()) == 1, text

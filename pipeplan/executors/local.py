@@ -6,9 +6,11 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 from pipeplan.executors import ShouldStop, TaskResult, call, describe
@@ -37,10 +39,17 @@ def _ignore_interrupts() -> None:
 SCRIPT_GUARD = ("worker processes were started while a worker was importing the script that started them: put the "
                 "script's calls (sweep or run_study with more than one process, anything given a LocalExecutor) "
                 "under `if __name__ == \"__main__\":`, since each worker process imports the script again")
-# A task's error when the pool broke under it.
-WORKER_DIED = ("BrokenProcessPool: a worker process died before this task finished (killed, out of memory or "
-               "crashed; from a Python script, see that its calls are under `if __name__ == \"__main__\":`, since "
-               "each worker process imports the script again)")
+def worker_died() -> str:
+    """A task's error when the pool broke under it; from a Python script (not the ``pipeplan`` command, whose
+    workers cannot start more), with a word on the ``__main__`` guard."""
+    main = sys.modules.get("__main__")
+    package = (getattr(getattr(main, "__spec__", None), "name", None) or "").split(".")[0]  # python -m NAME
+    path = getattr(main, "__file__", None)
+    script = package != "pipeplan" and path is not None and Path(path).name != "pipeplan"
+    guard = ("; from a Python script, see that its calls are under `if __name__ == \"__main__\":`, since each "
+             "worker process imports the script again") if script else ""
+    return ("BrokenProcessPool: a worker process died before this task finished (killed, out of memory or "
+            f"crashed{guard})")
 
 
 # The most worker processes a local pool may start: more than one a core only shares the cores, and each
@@ -121,7 +130,7 @@ class LocalExecutor:
                     results = future.result()
                 except BrokenProcessPool:
                     self._pool = None  # broken for good: the next map starts a new one
-                    results = [TaskResult(index, error=WORKER_DIED) for index in futures[future]]
+                    results = [TaskResult(index, error=worker_died()) for index in futures[future]]
                 except Exception as exc:  # e.g. an input or a result that cannot be pickled
                     results = [TaskResult(index, error=describe(exc)) for index in futures[future]]
                 yield from results

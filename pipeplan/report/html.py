@@ -53,7 +53,9 @@ footer { margin-top: 3em; color: #777; font-size: 0.85em; }
 
 
 def _num(value: float, digits: int = 4) -> str:
-    return f"{value:.{digits}g}"
+    """``digits`` significant digits; from 100,000 to 10**15 whole with thousands separators (memory in bytes
+    read 1.288e+10)."""
+    return f"{value:,.0f}" if 1e5 <= abs(value) < 1e15 else f"{value:.{digits}g}"
 
 
 def _pct(value: float) -> str:

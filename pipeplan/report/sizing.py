@@ -41,6 +41,9 @@ tr.best td { background: #e3f4e6; font-weight: bold; }
 .note { color: #555; font-size: 0.92em; } footer { margin-top: 3em; color: #777; font-size: 0.85em; }
 """
 
+# The least change of tokens/s the gain sentence shows with one decimal (0.1 %), and calls the optimizer slower for.
+VISIBLE_CHANGE = 0.0005
+
 # Columns of the top-configurations table: (column, header, format).
 TOP_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("num_gpus", "GPUs", "{:d}"), ("tensor_parallel", "TP", "{:d}"), ("pipeline_parallel", "PP", "{:d}"),
@@ -60,9 +63,18 @@ def _cell(value: Any, fmt: str) -> str:
         return "-"
     if fmt == "{:d}":
         return fmt.format(int(value))
-    if fmt in ("{:.1f}", "{:.2f}") and 0 < abs(value) < 0.1:  # a small model's step or memory: not 0.00
+    if fmt in _SMALL and 0 < abs(value) < _SMALL[fmt]:  # a small model's step or memory: not 0.00
         return f"{value:.3g}"
     return fmt.format(value)
+
+
+# Fixed-decimal formats -> the magnitude below which they would keep fewer than two significant digits.
+_SMALL = {"{:.1f}": 1.0, "{:.2f}": 0.1}
+
+
+def _gib(value: float) -> str:
+    """GiB as the tables give them: one decimal, three significant digits below 1."""
+    return _cell(value, "{:.1f}")
 
 
 def top_rows(frame: pd.DataFrame, top: int) -> pd.DataFrame:
@@ -106,8 +118,11 @@ def gain_sentence(label: str, baseline: dict[str, Any], optimal: dict[str, Any])
     # has other causes (the budget 1F1B exceeds, a search cut short).
     slower = ("; slower although proven optimal: its plan splits the backward into B and W, which may cost more than "
               "it gains on this model, so 1F1B is the better plan here"
-              if gain < 0 and optimal["fits"] and baseline["fits"] and optimal["status"] == "OPTIMAL" else "")
-    change = f"{gain:+.1%}" if abs(gain) >= 0.0005 else f"{gain:+.2%}"  # never "-0.0%"
+              if gain <= -VISIBLE_CHANGE and optimal["fits"] and baseline["fits"] and optimal["status"] == "OPTIMAL"
+              else "")
+    # Never "-0.0%": a change below a twentieth of a percent gets two decimals, one that rounds away "±0.00%".
+    change = (f"{gain:+.1%}" if abs(gain) >= VISIBLE_CHANGE else f"{gain:+.2%}" if abs(gain) >= 0.00005
+              else "±0.00%")
     return (f"optimal schedule on {label}: {optimal['tokens_per_s']:,.0f} tokens/s against 1F1B's "
             f"{baseline['tokens_per_s']:,.0f} ({change}; optimizer {proof}{slower}){fit}")
 
@@ -235,7 +250,7 @@ def best_config_text(result: StudyResult) -> str:
             value = memory[key]
             memory[key] = [v / GIB for v in value] if isinstance(value, list) else value / GIB
     header = (f"# The best plan of pipeplan size ({best['schedule']}: {best['tokens_per_s']:,.0f} tokens/s, "
-              f"{best['memory_gib']:.1f} GiB per GPU).\n# Times in seconds, memory in GiB; the budget is the "
+              f"{_gib(best['memory_gib'])} GiB per GPU).\n# Times in seconds, memory in GiB; the budget is the "
               "activation memory left per pipeline device. Run: pipeplan solve best.yaml\n")
     return header + yaml.safe_dump(record, sort_keys=False, width=120)
 
@@ -248,7 +263,7 @@ def write_size_folder(out: Path, force: bool, result: StudyResult, top: int,
     frame["reserve_gib"] = result.best["reserve_gib"]
     headline = (f"Best: {candidate_label(result.best)} with {result.best['schedule']}: "
                 f"{result.best['tokens_per_s']:,.0f} tokens/s, MFU {result.best['mfu']:.1%}, "
-                f"{result.best['memory_gib']:.1f} GiB per GPU of {result.best['capacity_gib']:.0f}.")
+                f"{_gib(result.best['memory_gib'])} GiB per GPU of {result.best['capacity_gib']:.0f}.")
     kwargs = result.study.sweep_kwargs
     settings = {key: str(kwargs[key]) for key in ("model", "hardware", "num_gpus", "global_batch_size", "seq_len")}
     settings["searched"] = ", ".join(f"{k}={kwargs[k]}" for k in ("tensor_parallel", "pipeline_parallel",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from pipeplan.frontier import FrontierRow
 def _fmt_time(value: float) -> str:
     """Up to 3 decimals, trailing zeros dropped, at least one decimal: 213.0, 91.34, 0.125; below 0.1, three
     significant digits (0.0296, 3.3e-08: times in seconds of a small model), which 3 decimals would round away."""
-    if 0 < abs(value) < 0.1:
+    if not math.isfinite(value) or 0 < abs(value) < 0.1:  # nan and inf as Python writes them
         return f"{value:.3g}"
     rounded = round(value, 3)
     return f"{rounded:,.1f}" if rounded == int(rounded) else f"{rounded:,.3f}".rstrip("0")
@@ -38,7 +39,7 @@ def format_gap(gap: float) -> str:
     return f"{percent:.2f} %" if percent >= 0.01 else f"{percent:.1g} %"
 
 
-def _fmt_memory(value: float) -> str:
+def format_memory(value: float) -> str:
     """Six significant digits (44.1406, 17.5); from 100,000 to 10**15, whole with thousands separators
     (12,884,901,888: memory in bytes), which six digits would print as 1.28849e+10."""
     return f"{value:,.0f}" if 1e5 <= abs(value) < 1e15 else f"{value:g}"
@@ -57,9 +58,9 @@ def metrics_table(title: str, metrics: dict[str, Any], units: Units, budget: Seq
         ("stage span", _fmt_time(metrics["stage_span"]), units.time),
         ("utilization", _fmt_pct(metrics["utilization"]), ""),
         ("bubble", _fmt_pct(metrics["bubble"]), ""),
-        ("peak memory", _fmt_memory(metrics["peak_memory"]), units.memory),
+        ("peak memory", format_memory(metrics["peak_memory"]), units.memory),
         ("budget", "none" if budget is None else _per_device(budget), "" if budget is None else units.memory),
-        ("peak per device", " ".join(_fmt_memory(v) for v in metrics["peak_memory_per_device"]), units.memory),
+        ("peak per device", " ".join(format_memory(v) for v in metrics["peak_memory_per_device"]), units.memory),
         ("busy per device", " ".join(_fmt_time(v) for v in metrics["busy_per_device"]), units.time),
         ("flushes", str(metrics["flushes"]), ""),
     ]
@@ -70,15 +71,15 @@ def metrics_table(title: str, metrics: dict[str, Any], units: Units, budget: Seq
 
 def _per_device(budget: Sequence[float]) -> str:
     """One value when every device has the same budget, else each device's in device order (as the peaks)."""
-    values = [_fmt_memory(b) for b in budget]
+    values = [format_memory(b) for b in budget]
     return values[0] if len(set(values)) == 1 else " ".join(values)
 
 
 def _budget_text(budget: float | list[float] | None, units: Units) -> str:
     if budget is None:
         return "no memory budget"
-    values = (_fmt_memory(budget) if isinstance(budget, (int, float))
-              else " ".join(_fmt_memory(b) for b in budget))
+    values = (format_memory(budget) if isinstance(budget, (int, float))
+              else " ".join(format_memory(b) for b in budget))
     return f"budget {values} {units.memory}"
 
 
@@ -107,7 +108,7 @@ def comparison_table(summary: dict[str, Any], units: Units, width: int | None = 
             _fmt_time(row["makespan"]),
             _fmt_time(row["stage_span"]),
             _fmt_pct(row["bubble"]),
-            _fmt_memory(row["peak_memory"]),
+            format_memory(row["peak_memory"]),
             "yes" if row["feasible"] else "NO",
             proof,
         ])
@@ -144,7 +145,8 @@ def frontier_tables(name: str, rows: Sequence[FrontierRow], objective: str, unit
 
     columns = [Column(f"budget ({units.memory})"), *(Column(schedule) for schedule in named),
                Column("optimal", style="bold"), Column("lower bound"), Column("gap"), Column("status", "left")]
-    body = [[_fmt_memory(budget), *(named_cell(budget, s) for s in named), *solved_cells(budget)] for budget in budgets]
+    body = [[format_memory(budget), *(named_cell(budget, s) for s in named), *solved_cells(budget)]
+            for budget in budgets]
     solved = list(range(len(columns) - 4, len(columns)))
     return fitted_tables(f"{name}: {objective.replace('_', ' ')} ({units.time}) against budget ({units.memory})",
                          columns, body, width, keep=1, order=[*solved, *range(1, len(named) + 1)],
@@ -172,11 +174,14 @@ def fitted_tables(title: str, columns: Sequence[Column], body: Sequence[Sequence
     ``width``."""
     widest = [max((cell_len(str(row[i])) for row in body), default=1) for i in range(len(columns))]
 
+    def title_width(text: str) -> int | None:
+        """A table's least width: its title's longest line, within ``width`` (a narrow table, such as a part of
+        one column beside the kept ones, wrapped its title a few words a line)."""
+        longest = max((cell_len(line) for line in text.splitlines()), default=0)
+        return min(longest, width) if width else None
+
     def table(part_title: str, indices: Sequence[int], numbered: bool = False) -> Table:
-        # As wide as its title's longest line (within ``width``): a narrow part (a lone column beside the kept
-        # ones) wrapped its title a few words a line.
-        longest = max((cell_len(line) for line in part_title.splitlines()), default=0)
-        out = Table(title=part_title, header_style="bold", min_width=min(longest, width) if width else None)
+        out = Table(title=part_title, header_style="bold", min_width=title_width(part_title))
         if numbered:
             out.add_column("#", justify="right", min_width=len(str(len(body))))
         for i in indices:
@@ -190,7 +195,7 @@ def fitted_tables(title: str, columns: Sequence[Column], body: Sequence[Sequence
     keep = min(keep, len(columns))
     whole = table("", range(len(columns)))  # measured without its title, which may wrap
     if width is None or keep == len(columns) or _fits(whole, width):
-        whole.title, whole.caption = title, caption
+        whole.title, whole.caption, whole.min_width = title, caption, title_width(title)
         return [whole]
     kept = list(range(keep))
     groups: list[list[int]] = []

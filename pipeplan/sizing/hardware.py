@@ -11,23 +11,24 @@ import logging
 from dataclasses import MISSING, dataclass, fields
 
 from pipeplan.problem import ConfigError
-from pipeplan.sizing.records import check_fields, named_file, presets, resolve, set_positive
+from pipeplan.sizing.records import check_fields, is_file, named_file, presets, resolve, set_positive
 
 log = logging.getLogger(__name__)
 
 GIB = 2**30
 
 # Per field: the range of values an accelerator of this decade can have (a wide one: the presets' span about
-# tenfold inside it), and what a value outside it most likely is. A value a thousand times off its unit is
-# accepted (a future part may exceed any range) but warned about: it makes every configuration fit, or none, or
-# run at 0 % MFU.
+# tenfold inside it), and what a value outside it most likely is. A value off by its unit (a thousandfold, or
+# PFLOP/s and TB/s for TFLOP/s and GB/s) is accepted (a future part may exceed any range) but warned about, once a
+# run: it makes every configuration fit, or none, or run at 0 % MFU.
 PLAUSIBLE = {
-    "peak_tflops": (1.0, 1e5, "TFLOP/s (989 for an H100), not FLOP/s"),
-    "memory_gib": (1.0, 1e4, "GiB (80 for an 80 GB part), not bytes or MiB"),
+    "peak_tflops": (20.0, 1e5, "TFLOP/s (989 for an H100), not FLOP/s or PFLOP/s"),
+    "memory_gib": (1.0, 1e4, "GiB (80 for an 80 GB part), not bytes, MiB or TiB"),
     "memory_bandwidth_gbs": (50.0, 1e6, "GB/s (3350 for an H100 SXM), not TB/s or bytes/s"),
-    "intra_node_bandwidth_gbs": (1.0, 1e5, "GB/s each way (450 for H100 NVLink), not TB/s or bytes/s"),
-    "inter_node_bandwidth_gbs": (0.1, 1e5, "GB/s each way (50 for a 400 Gb/s NIC), not Gb/s or bytes/s"),
+    "intra_node_bandwidth_gbs": (10.0, 1e5, "GB/s each way (450 for H100 NVLink), not TB/s or bytes/s"),
+    "inter_node_bandwidth_gbs": (0.1, 1e5, "GB/s each way (50 for a 400 Gb/s NIC), not TB/s or bytes/s"),
 }
+_warned: set[tuple[str, float]] = set()  # (field, value) already warned about: a study loads its GPU several times
 
 HARDWARE_FIELDS = ("peak_tflops", "memory_gib", "memory_bandwidth_gbs", "intra_node_bandwidth_gbs",
                    "inter_node_bandwidth_gbs", "gpus_per_node", "matmul_efficiency", "memory_efficiency",
@@ -123,7 +124,9 @@ def load_hardware(value: object) -> Hardware:
         hardware = Hardware(name=name, **data)
     for field_name, (low, high, unit) in PLAUSIBLE.items():
         number = getattr(hardware, field_name)
-        if not low <= number <= high:
-            log.warning("hardware.%s is %g, far outside what a GPU has (%g to %g): the field is in %s", field_name,
-                        number, low, high, unit)
+        if not low <= number <= high and (field_name, number) not in _warned:
+            _warned.add((field_name, number))
+            where = f" in {str(value)!r}" if is_file(value) else ""
+            log.warning("hardware.%s%s is %g, far outside what a GPU has (%s to %s): the field is in %s", field_name,
+                        where, number, f"{low:,.10g}", f"{high:,.10g}", unit)
     return hardware

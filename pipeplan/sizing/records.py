@@ -107,8 +107,10 @@ def positive_number(what: str, name: str, value: object, whole: bool = False,
     if isinstance(value, (bool, *np_bool_types())) or not isinstance(value, numbers.Integral if whole else
                                                                      numbers.Real):
         kind = "a whole number" if whole else "a number"
-        write = (f" (write {int(value)})" if isinstance(value, float) and math.isfinite(value) and value.is_integer()
-                 else "")
+        write = ""
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer() and (
+                value >= 0 if allow_zero else value > 0):  # "(write 0)" for a value that must be > 0 misleads
+            write = f" (write {int(value)})"
         raise ConfigError(f"{field} must be {kind}, got {value!r}{write}")
     number = float(value)
     if not math.isfinite(number) or (number < 0 if allow_zero else number <= 0):

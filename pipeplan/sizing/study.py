@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from pipeplan.config import load_yaml
 from pipeplan.problem import ConfigError, expect
 from pipeplan.reading import SMALL_FILE_BYTES, read_text
+from pipeplan.sizing.records import is_file
 
 if TYPE_CHECKING:
     from pipeplan.solver import StopRequest
@@ -161,7 +162,7 @@ def _check_names(kwargs: dict[str, Any]) -> None:
 
 def _relative(value: object, base: Path | None) -> object:
     """A model or hardware YAML path read relative to the study file; anything else unchanged."""
-    if base is not None and isinstance(value, str) and value.endswith((".yaml", ".yml")):
+    if base is not None and isinstance(value, str) and is_file(value):
         path = Path(value)
         return str(path if path.is_absolute() else base / path)
     return value
