@@ -6,6 +6,7 @@ errors, so that a typo is never silently ignored.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import unicodedata
@@ -15,8 +16,10 @@ from typing import Any, Literal
 
 import yaml
 
-from pipeplan.problem import ConfigError, Problem, expect, python_reason, shown
+from pipeplan.problem import ConfigError, Problem, did_you_mean, expect, python_reason, shown
 from pipeplan.reading import SMALL_FILE_BYTES, read_text
+
+log = logging.getLogger(__name__)
 
 Objective = Literal["makespan", "stage_span"]
 OBJECTIVES: tuple[Objective, ...] = ("makespan", "stage_span")
@@ -197,6 +200,34 @@ def _where(mark: Any) -> str:
     return "" if mark is None else f"line {mark.line + 1}: "
 
 
+# Fields whose single number or per-device list is a device's share, split over its chunks (comm is per link).
+_SPLIT_FIELDS = ("costs.forward", "costs.backward", "costs.backward_weight", "memory.activation",
+                 "memory.weight_activation")
+
+
+def _warn_mixed_forms(written: dict[str, Any], problem: Problem) -> None:
+    """Warn when, with chunks, some fields list one value per model stage and others give a device's share (a
+    number or a per-device list, split over the device's chunks): ``backward_weight: 0.25`` beside an 8-value
+    ``forward`` is 0.125 a model stage, not 0.25 as the list's form suggests. Zeros mean the same either way."""
+    if problem.num_chunks == 1:
+        return
+    stages = problem.num_model_stages
+    per_stage: list[str] = []
+    shares: list[str] = []
+    for name in _SPLIT_FIELDS:
+        value = written.get(name)
+        values = value if isinstance(value, list) else [value]
+        if value is None or not any(isinstance(v, (int, float)) and v != 0 for v in values):
+            continue
+        (per_stage if isinstance(value, list) and len(value) == stages else shares).append(name)
+    if per_stage and shares:
+        chunks = problem.num_chunks
+        log.warning("%s list%s one value per model stage, taken as written, while %s %s each device's share, split "
+                    "over its %d chunks (a number 1.0 is %g a model stage): give every such field in one form",
+                    ", ".join(per_stage), "" if len(per_stage) > 1 else "s", ", ".join(shares),
+                    "are" if len(shares) > 1 else "is", chunks, 1.0 / chunks)
+
+
 def _section(data: dict[str, Any], name: str, keys: tuple[str, ...] | list[str]) -> dict[str, Any]:
     value = data.get(name, {})
     if value is None:
@@ -206,7 +237,8 @@ def _section(data: dict[str, Any], name: str, keys: tuple[str, ...] | list[str])
     unknown = [k for k in value if k not in keys]
     if unknown:
         raise ConfigError(
-            f"unknown key {name}.{shown(unknown[0], quote=False)}; valid keys in {name}: {', '.join(keys)}"
+            f"unknown key {name}.{shown(unknown[0], quote=False)}{did_you_mean(unknown[0], keys)}; valid keys in "
+            f"{name}: {', '.join(keys)}"
         )
     return value
 
@@ -226,11 +258,14 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
     unknown = [k for k in data if k not in _SECTIONS]
     if unknown:
         study = " (this looks like a sizing study: run it with 'pipeplan size FILE')" if "model" in data else ""
-        raise ConfigError(f"unknown top-level key {shown(unknown[0])}; valid keys: {', '.join(_SECTIONS)}{study}")
+        raise ConfigError(f"unknown top-level key {shown(unknown[0])}{did_you_mean(unknown[0], _SECTIONS)}; valid "
+                          f"keys: {', '.join(_SECTIONS)}{study}")
     kwargs: dict[str, Any] = {}
+    written: dict[str, Any] = {}  # config field -> its value as written
     for section, keys in _PROBLEM_KEYS.items():
         for key, value in _section(data, section, list(keys)).items():
             kwargs[keys[key]] = value
+            written[f"{section}.{key}"] = value
     if ignore_budget:
         kwargs.pop("budget", None)
     if "profile" in kwargs:
@@ -243,6 +278,7 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
         if key not in kwargs:
             raise ConfigError(f"pipeline.{key} is missing; add it under 'pipeline:' (a whole number >= 1)")
     problem = Problem.build(**kwargs)
+    _warn_mixed_forms(written, problem)
     solver = SolverSettings(**_section(data, "solver", [f for f in SolverSettings.__dataclass_fields__]))
     units_raw = _section(data, "units", ["time", "memory"])
     for key, value in units_raw.items():

@@ -8,6 +8,7 @@ memory unit (activation slots or bytes).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import enum
 import math
 import numbers
@@ -15,7 +16,7 @@ import re
 import reprlib
 import sys
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Literal
@@ -75,6 +76,15 @@ def fields_named_as(names: Mapping[str, str]) -> Iterator[None]:
     except ConfigError as exc:
         message = re.sub(r"\b(?:pipeline|costs|memory|solver)\.\w+", lambda m: names.get(m[0], m[0]), str(exc))
         raise ConfigError(message) from None
+
+
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """" (did you mean 'backward'?)" when ``word`` is a text close to one of ``choices`` (a typo), else ""."""
+    if not isinstance(word, str):
+        return ""
+    by_lower = {choice.lower(): choice for choice in choices}  # '1F1B' is close to '1f1b'
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.75)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
 
 
 def python_reason(exc: BaseException, limit: int = 160) -> str:

@@ -36,10 +36,12 @@ BAD_CONFIGS: list[tuple[str, str]] = [
     ("bad-budget-below-activation.yaml", "memory.budget (1.5) on device 0 is below one activation (2)"),
     ("bad-empty.yaml", "the config file is empty; write a config there (the layout is in pipeplan's README"),
     ("bad-top-level-list.yaml", "the top level must be a mapping"),
-    ("bad-unknown-top-key.yaml", "unknown top-level key 'cost'; valid keys: name, pipeline, costs"),
+    ("bad-unknown-top-key.yaml", "unknown top-level key 'cost' (did you mean 'costs'?); valid keys: name, "
+     "pipeline, costs"),
     ("bad-study-as-config.yaml", "unknown top-level key 'model'; valid keys: name, pipeline, costs, memory, solver, "
      "units (this looks like a sizing study: run it with 'pipeplan size FILE')"),
-    ("bad-unknown-nested-key.yaml", "unknown key costs.backwards; valid keys in costs: forward, backward"),
+    ("bad-unknown-nested-key.yaml", "unknown key costs.backwards (did you mean 'backward'?); valid keys in costs: "
+     "forward, backward"),
     ("bad-duplicate-key.yaml", "line 4: key 'num_stages' is given twice"),
     ("bad-section-not-mapping.yaml", "costs must be a mapping of forward, backward"),
     ("bad-split-without-weight.yaml", "costs.backward_weight must be > 0 on every stage or 0 on every stage"),

@@ -132,7 +132,9 @@ def test_a_narrow_terminal_gets_the_solve_table_whole(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["simulate", SEED, "--schedule", "zb-h9"], "unknown schedule 'zb-h9'; valid names: "),
+        (["simulate", SEED, "--schedule", "zb-h9"], "unknown schedule 'zb-h9' (did you mean 'zb-h2'?); valid "
+                                                    "names: "),
+        (["simulate", SEED, "--schedule", "1F1B"], "unknown schedule '1F1B' (did you mean '1f1b'?); valid names: "),
         (["simulate", SEED], "Missing option '--schedule'"),
         (["simulate", SEED, "--schedule", "1f1b", "--format", "xml"], "Invalid value for '--format'"),
         (["simulate", "--schedule", "1f1b"], "Missing argument 'CONFIG'"),
@@ -143,8 +145,8 @@ def test_a_narrow_terminal_gets_the_solve_table_whole(
                                                       f"`pipeplan solve {SEED}` finds it"),
         (["presets", "llama3.1-8b"], "'llama3.1-8b' is a preset, not a study file: `pipeplan presets` lists"),
     ],
-    ids=["unknown-schedule", "missing-schedule", "bad-format", "missing-config", "unknown-flag", "unknown-command",
-         "folder-as-config", "optimal-simulated", "preset-as-study"],
+    ids=["unknown-schedule", "schedule-in-capitals", "missing-schedule", "bad-format", "missing-config", "unknown-flag",
+         "unknown-command", "folder-as-config", "optimal-simulated", "preset-as-study"],
 )
 def test_bad_flags_exit_2_with_message(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     code, _, err = run(capsys, *argv)

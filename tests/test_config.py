@@ -353,3 +353,27 @@ def test_numpy_arrays_and_pandas_series_count_as_lists() -> None:
         Problem.build(4, 8, budget=pd.DataFrame({"budget": [4, 4, 4, 4]}))
     with pytest.raises(ConfigError, match="costs.forward must be a finite number .* got nan"):
         Problem.build(4, 8, forward=np.array([1.0, np.nan, 1.0, 1.0]))
+
+
+def test_mixing_per_model_stage_lists_with_device_shares_is_warned_about(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """With chunks a number is each device's share, split over its chunks, and a list of P x v values is per model
+    stage: `backward_weight: 0.25` beside an 8-value forward was silently 0.125 a model stage."""
+    mixed = ("pipeline: {num_stages: 4, num_microbatches: 8, num_chunks: 2}\n"
+             "costs: {forward: [0.6, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.8], backward: 1, backward_weight: 0.25}\n")
+    path = tmp_path / "mixed.yaml"
+    path.write_text(mixed, encoding="utf-8")
+    config = load_config(path)
+    assert config.problem.backward_weight[0] == 0.125  # the meaning is unchanged: only said
+    [record] = caplog.records
+    assert record.levelname == "WARNING"
+    assert record.getMessage().startswith("costs.forward lists one value per model stage, taken as written, while "
+                                          "costs.backward, costs.backward_weight are each device's share")
+    caplog.clear()
+    for same in (mixed.replace("[0.6, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.8]", "0.5"),  # all shares
+                 mixed.replace("backward: 1, backward_weight: 0.25", "backward_weight: 0"),  # zeros: either way
+                 mixed.replace("num_chunks: 2", "num_chunks: 1").replace("[0.6, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.8]",
+                                                                         "[0.6, 0.5, 0.5, 0.8]")):  # no chunks
+        path.write_text(same, encoding="utf-8")
+        load_config(path)
+    assert not caplog.records

@@ -312,6 +312,25 @@ def test_without_1f1b_the_report_sets_the_best_named_schedule_beside_the_optimiz
     assert f"{faster:.1f} % faster than zb-v ({rows['zb-v']['makespan']:.6g})" in text
 
 
+def test_the_headline_also_names_the_best_named_schedule_within_the_budget() -> None:
+    """Under a budget 1F1B is fitted with a shorter warm-up and GPipe in more flushes can beat it: the headline
+    compared only with 1F1B ("35.8 % faster than 1f1b (163.9)") although GPipe (155.4) was the better named plan."""
+    from pipeplan.config import Units
+    from pipeplan.report.html import _headline
+
+    def row(name: str, makespan: float, **extra: object) -> dict[str, object]:
+        return {"schedule": name, "makespan": makespan, "bubble": 0.1, "peak_memory": 4, "feasible": True, **extra}
+
+    summary = {"objective": "makespan", "chosen": "optimal", "memory_budget": 4,
+               "schedules": [row("gpipe", 155.4), row("1f1b", 163.9), row("zb-h1", 170.0, feasible=False),
+                             row("optimal", 105.3, status="FEASIBLE", lower_bound=96.97, gap=0.079)]}
+    text = _headline(summary, Units(time="ms", memory="GiB"))
+    assert "35.8 % faster than 1f1b (163.9) and 32.2 % faster than the best named schedule within the budget, " \
+           "gpipe (155.4)." in text, text
+    summary["schedules"][0]["feasible"] = False  # 1F1B is the best that fits: named once
+    assert "than 1f1b (163.9). The optimizer" in _headline(summary, Units(time="ms", memory="GiB"))
+
+
 def _damage_everywhere(summary: dict[str, object]) -> list[tuple[str, dict[str, object]]]:
     """Every field of a summary (and of its first schedule and skipped entry) deleted or given a wrong type."""
     import copy

@@ -364,7 +364,7 @@ BAD_ESTIMATES: list[tuple[dict[str, Any], str]] = [
     ({"global_batch_size": 7, "data_parallel": 2}, "global batch 7 not divisible by microbatch 1 x data parallel 2"),
     ({"microbatch_size": 0}, "microbatch_size must be > 0, got 0"),
     ({"recompute": "some"}, "recompute must be one of none, selective, full, got 'some'"),
-    ({"schedule": "zb-x"}, "unknown schedule 'zb-x'; valid names: gpipe, 1f1b"),
+    ({"schedule": "zb-x"}, "unknown schedule 'zb-x' (did you mean 'zb-v'?); valid names: gpipe, 1f1b"),
     ({"pipeline_parallel": 2, "layers_per_stage": [4, 5]}, "layers_per_stage sums to 9, but the model has 8"),
     ({"pipeline_parallel": 2, "layers_per_stage": [8]}, "layers_per_stage has 1 values; give one per model stage"),
     ({"pipeline_parallel": 2, "placement": "v"}, "V placement needs num_chunks = 2 (two chunks per device), got 1"),

@@ -114,7 +114,7 @@ BAD_STUDIES: list[tuple[str, Any, str]] = [
      "'simulate' or 'frontier')"),
     ("bad-gpu-count", {**GOOD, "num_gpus": [8, 0]}, "num_gpus must be a whole number >= 1 or a list of them, got 0"),
     ("unknown-schedule", {**GOOD, "search": {**GOOD["search"], "schedules": ["1f1b", "zb-x"]}},
-     "unknown schedule 'zb-x'; valid names: gpipe, 1f1b"),
+     "unknown schedule 'zb-x' (did you mean 'zb-v'?); valid names: gpipe, 1f1b"),
     ("bad-recompute", {**GOOD, "search": {**GOOD["search"], "recompute": ["most"]}},
      "recompute must be one of none, selective, full, got 'most'"),
     ("bad-option", {**GOOD, "options": {"sequence_parallel": "yes"}},

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect
+from pipeplan.problem import A_PROBLEM, ConfigError, Problem, did_you_mean, expect
 from pipeplan.schedule import NotApplicable, Schedule
 
 Generator = Callable[[Problem], Schedule]
@@ -106,7 +106,8 @@ def get(name: str) -> Generator:
     try:
         return REGISTRY[name]
     except KeyError:
-        raise ConfigError(f"unknown schedule {name!r}; valid names: {', '.join(REGISTRY)}") from None
+        raise ConfigError(f"unknown schedule {name!r}{did_you_mean(name, REGISTRY)}; valid names: "
+                          f"{', '.join(REGISTRY)}") from None
 
 
 def generate(name: str, problem: Problem) -> Schedule:

@@ -19,7 +19,7 @@ from typing import Any, TypeGuard
 import yaml
 
 from pipeplan.config import load_yaml
-from pipeplan.problem import ConfigError, np_bool_types
+from pipeplan.problem import ConfigError, did_you_mean, np_bool_types
 from pipeplan.reading import SMALL_FILE_BYTES, read_text
 
 
@@ -95,7 +95,8 @@ def check_fields(what: str, fields: Mapping[str, Any], accepted: tuple[str, ...]
     """Raise :class:`ConfigError` for a key that is not a field of the record (a typo would otherwise be lost)."""
     unknown = [key for key in fields if key not in accepted]
     if unknown:
-        raise ConfigError(f"unknown {what} field {unknown[0]!r}; valid fields: {', '.join(accepted)}")
+        raise ConfigError(f"unknown {what} field {unknown[0]!r}{did_you_mean(unknown[0], accepted)}; valid fields: "
+                          f"{', '.join(accepted)}")
 
 
 def positive_number(what: str, name: str, value: object, whole: bool = False,

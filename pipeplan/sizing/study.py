@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeplan.config import load_yaml
-from pipeplan.problem import ConfigError, expect
+from pipeplan.problem import ConfigError, did_you_mean, expect
 from pipeplan.reading import SMALL_FILE_BYTES, read_text
 from pipeplan.sizing.records import is_file
 
@@ -71,7 +71,8 @@ def _mapping(data: dict[str, Any], key: str, accepted: tuple[str, ...]) -> dict[
         raise ConfigError(f"{key} must be a mapping of {', '.join(accepted)}, got {value!r}")
     unknown = [k for k in value if k not in accepted]
     if unknown:
-        raise ConfigError(f"unknown key {key}.{unknown[0]}; valid keys in {key}: {', '.join(accepted)}")
+        raise ConfigError(f"unknown key {key}.{unknown[0]}{did_you_mean(unknown[0], accepted)}; valid keys in "
+                          f"{key}: {', '.join(accepted)}")
     return dict(value)
 
 
@@ -97,7 +98,8 @@ def study_from_dict(data: object, default_name: str = "study", base: Path | None
     if unknown:
         config = (" (this looks like a pipeline config: run it with 'pipeplan solve FILE', 'simulate' or "
                   "'frontier')") if "pipeline" in data else ""
-        raise ConfigError(f"unknown top-level key {unknown[0]!r}; valid keys: {', '.join(_TOP_KEYS)}{config}")
+        raise ConfigError(f"unknown top-level key {unknown[0]!r}{did_you_mean(unknown[0], _TOP_KEYS)}; valid keys: "
+                          f"{', '.join(_TOP_KEYS)}{config}")
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
         raise ConfigError(f"{missing[0]} is missing; a study needs {', '.join(_REQUIRED)}")
