@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import re
 import select
 import shutil
 import signal
@@ -382,6 +383,20 @@ def optimizer_notes(result: SolveResult) -> list[str]:
     return notes
 
 
+def skipped_lines(skipped: dict[str, str]) -> list[str]:
+    """A line per reason the named schedules do not apply, each naming every schedule it holds for ("skipped zb-v,
+    v-half, v-min: need num_chunks 2 in V placement ..."): eight lines said the same of four V schedules."""
+    groups: dict[str, list[str]] = {}  # keyed by the reason without the schedule's name
+    for name, reason in skipped.items():
+        groups.setdefault(reason.removeprefix(f"{name} "), []).append(name)
+    lines = []
+    for reason, schedules in groups.items():
+        if len(schedules) > 1:  # "zb-v needs" -> "zb-v, v-min need"
+            reason = re.sub(r"^(need|run)s ", r"\1 ", reason)
+        lines.append(f"skipped {', '.join(schedules)}: {reason}")
+    return lines
+
+
 def format_progress(elapsed_s: float, objective: float | None, bound: float | None, unit: str) -> str:
     """One progress line: elapsed time, best objective so far, best bound."""
     best = "-" if objective is None else f"{objective:g} {unit}"
@@ -533,8 +548,8 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
         )
         for note in optimizer_notes(opt):
             console.print(note, style="yellow", soft_wrap=True)
-        for name, reason in comparison.skipped.items():
-            console.print(f"skipped {name}: {reason}", style="dim", soft_wrap=True)
+        for line in skipped_lines(comparison.skipped):
+            console.print(line, style="dim", soft_wrap=True)
         for row in comparison.other_layouts:
             console.print(
                 f"other layout: {row['schedule']} with num_chunks: {row['num_chunks']}, placement: "

@@ -170,7 +170,14 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
     try:
         simulate(problem, schedule)
     except ScheduleError as exc:
-        raise ConfigError(f"{source} does not give a runnable schedule of the config: {exc}") from None
+        # The ops named as the file writes them (3I2, not B2@s3), and a file of fewer microbatches said so.
+        reason = re.sub(r"\b([FBW])(\d+)@s(\d+)\b",
+                        lambda m: action_text(problem, Op(OpKind(m[1]), int(m[3]), int(m[2]))), str(exc))
+        reason = reason.replace("1 ops", "1 op")
+        found = {op.microbatch for order in orders for op in order}
+        fewer = (f" (the file runs microbatches 0 to {max(found)}; the config has {problem.num_microbatches}: "
+                 f"pipeline.num_microbatches)") if found and max(found) + 1 < problem.num_microbatches else ""
+        raise ConfigError(f"{source} does not give a runnable schedule of the config{fewer}: {reason}") from None
     return schedule
 
 

@@ -661,3 +661,17 @@ def test_force_or_refresh_without_a_place_to_act_on_is_said(capsys: pytest.Captu
     assert [r.getMessage() for r in caplog.records if r.name == "pipeplan.cli"] == [
         "--force does nothing without --out DIR (it lets pipeplan replace that folder)",
         "--refresh does nothing without a store (--out DIR or --store FILE): every task runs anyway"]
+
+
+def test_schedules_skipped_for_one_reason_share_a_line() -> None:
+    """Eight "skipped" lines under a three-row table said the same of the four V schedules four times."""
+    from pipeplan.cli import skipped_lines
+
+    skipped = {"zb-h1": "zb-h1 needs a split backward (B and W); set costs.backward_weight > 0",
+               "zb-v": "zb-v needs num_chunks 2 in V placement; set pipeline.num_chunks: 2",
+               "v-min": "v-min needs num_chunks 2 in V placement; set pipeline.num_chunks: 2",
+               "1f1b": "1f1b runs one chunk per device (got num_chunks 2)"}
+    assert skipped_lines(skipped) == [
+        "skipped zb-h1: needs a split backward (B and W); set costs.backward_weight > 0",
+        "skipped zb-v, v-min: need num_chunks 2 in V placement; set pipeline.num_chunks: 2",
+        "skipped 1f1b: runs one chunk per device (got num_chunks 2)"]

@@ -115,8 +115,11 @@ BAD_FILES = [
      "pipeline.num_microbatches: 2"),
     ("repeated", GOOD.replace("0W1", "0W0"), "column 6: '0W0' runs W of stage 0, microbatch 0 again (already at "
      "row 1, column 4"),
-    ("missing", GOOD.replace(",1W1", ""), "is missing 1 ops: W1@s1"),
-    ("deadlock", "0F0,0F1,0I0,0W0,0I1,0W1\n1I0,1F0,1W0,1F1,1I1,1W1\n", "deadlocks"),
+    # Ops named as the file writes them (1W1, 0I0), not as pipeplan does (W1@s1, B0@s0).
+    ("missing", GOOD.replace(",1W1", ""), "is missing 1 op: 1W1"),
+    ("deadlock", "0F0,0F1,0I0,0W0,0I1,0W1\n1I0,1F0,1W0,1F1,1I1,1W1\n", "deadlocks: device 0 at 0I0 (waits for 1I0)"),
+    ("fewer-microbatches", "0F0,0I0,0W0\n1F0,1I0,1W0\n", "(the file runs microbatches 0 to 0; the config has 2: "
+     "pipeline.num_microbatches): schedule 'torch-csv' is missing 6 ops: 0F1, 0I1"),
 ]
 BAD_FILES[4] = ("stage-on-two-ranks", "0F0,0F1,0I0,0W0,1I1,0W1\n1F0,1I0,1W0,1F1,0I1,1W1\n",
                 "row 2 (rank 1), column 1: '1F0' puts stage 1 on rank 1, but row 1 (rank 0) already runs it ('1I1')")
