@@ -69,7 +69,7 @@ def __getattr__(name: str) -> _Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    return sorted({*globals(), *_LAZY})  # a lazy name once loaded is in both
 
 
 __all__ = [

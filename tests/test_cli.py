@@ -544,7 +544,8 @@ def test_import_pipeplan_loads_nothing_heavy() -> None:
             "'click', 'rich', 'numpy', 'yaml') if m in sys.modules]; assert not heavy, heavy; "
             "assert callable(pipeplan.simulate); assert pipeplan.generate.__module__ == 'pipeplan.schedules'; "
             "assert pipeplan.schedule_names()[0] == 'gpipe' and pipeplan.load_config.__module__ == 'pipeplan.config'; "
-            "assert pipeplan.solve.__module__ == 'pipeplan.solver' and 'ortools' in sys.modules")
+            "assert pipeplan.solve.__module__ == 'pipeplan.solver' and 'ortools' in sys.modules; "
+            "names = dir(pipeplan); assert len(names) == len(set(names)), names")  # loaded names were listed twice
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
 
 

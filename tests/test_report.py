@@ -147,7 +147,8 @@ EDITED_SUMMARIES = [
     (lambda f: _edit_row(f, "optimal", status="FEASIBLE"), "schedule 'optimal': 'status' is 'FEASIBLE'"),
     (lambda f: _edit_summary(f, "chosen", "zb-h2"),
      "'chosen' is 'zb-h2', which its replay puts over the budget (a chosen schedule always fits it)"),
-    (lambda f: _edit_summary(f, "chosen", "gpipe"), "'chosen' ('gpipe', makespan 83.4) is 'gpipe' but the replay"),
+    (lambda f: _edit_summary(f, "chosen", "gpipe"), "'chosen' is 'gpipe', whose replay gives makespan 83.4, but a "
+     "schedule in the folder within the budget has "),
     (lambda f: _edit_summary(f, "memory_budget", 80), "'memory_budget' (of the config in it) is 80"),
     (lambda f: _edit_summary(f, "num_microbatches", 13), "'num_microbatches' (of the config in it) is 13"),
 ]

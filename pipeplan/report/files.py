@@ -684,8 +684,8 @@ def check_summary(summary: dict[str, Any], config: Config, timelines: dict[str, 
     best = min(getattr(m, objective) for m in replayed.values() if m.feasible)
     value = getattr(replayed[chosen], objective)
     if value > best * (1 + _REPLAY_TOLERANCE) + _REPLAY_TOLERANCE:
-        raise mismatch(f"'chosen' ({chosen!r}, {objective} {value:g})", chosen,
-                       f"a schedule within the budget with {objective} {best:g}")
+        raise ConfigError(f"{path}: 'chosen' is {chosen!r}, whose replay gives {objective} {value:g}, but a schedule "
+                          f"in the folder within the budget has {best:g} (the chosen one is always the best); {rerun}")
 
 
 def _check_proof(row: dict[str, Any], name: str, value: float,
