@@ -8,7 +8,6 @@ import json
 import logging
 import math
 import os
-import re
 import select
 import shutil
 import signal
@@ -30,7 +29,7 @@ from pipeplan.config import MAX_SEED, MAX_WORKERS, OBJECTIVES, Config, SolverSet
 from pipeplan.frontier import SweepProgress, frontier
 from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
-from pipeplan.problem import ConfigError, PipeplanError
+from pipeplan.problem import ConfigError, PipeplanError, did_you_mean
 from pipeplan.report.files import (
     WriteInterrupted,
     check_output_file,
@@ -41,7 +40,7 @@ from pipeplan.report.files import (
     write_folder,
     write_results,
 )
-from pipeplan.schedules import generate, names
+from pipeplan.schedules import generate, group_reasons, names
 from pipeplan.simulate import simulate
 from pipeplan.solver import Progress, SolveResult, StopRequest
 
@@ -386,15 +385,7 @@ def optimizer_notes(result: SolveResult) -> list[str]:
 def skipped_lines(skipped: dict[str, str]) -> list[str]:
     """A line per reason the named schedules do not apply, each naming every schedule it holds for ("skipped zb-v,
     v-half, v-min: need num_chunks 2 in V placement ..."): eight lines said the same of four V schedules."""
-    groups: dict[str, list[str]] = {}  # keyed by the reason without the schedule's name
-    for name, reason in skipped.items():
-        groups.setdefault(reason.removeprefix(f"{name} "), []).append(name)
-    lines = []
-    for reason, schedules in groups.items():
-        if len(schedules) > 1:  # "zb-v needs" -> "zb-v, v-min need"
-            reason = re.sub(r"^(need|run)s ", r"\1 ", reason)
-        lines.append(f"skipped {', '.join(schedules)}: {reason}")
-    return lines
+    return [f"skipped {', '.join(schedules)}: {reason}" for schedules, reason in group_reasons(skipped)]
 
 
 def format_progress(elapsed_s: float, objective: float | None, bound: float | None, unit: str) -> str:
@@ -613,7 +604,8 @@ def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, 
     results = read_results(folder)
     name = schedule_name if schedule_name is not None else str(results.summary.get("chosen", ""))
     if name not in results.timelines:
-        raise ConfigError(f"{str(folder)!r} has no schedule {name!r}; it has {', '.join(results.timelines)} "
+        raise ConfigError(f"{str(folder)!r} has no schedule {name!r}{did_you_mean(name, results.timelines)}; it has "
+                          f"{', '.join(results.timelines)} "
                           "(pick one with --schedule)")
     target = out if out is not None else folder / f"{name}.torch.csv"
     problem = results.config.problem

@@ -7,6 +7,7 @@ errors, so that a typo is never silently ignored.
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import re
 import unicodedata
@@ -16,7 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
-from pipeplan.problem import ConfigError, Problem, did_you_mean, expect, python_reason, shown
+from pipeplan.problem import ConfigError, Problem, did_you_mean, expect, plain_values, python_reason, shown
 from pipeplan.reading import SMALL_FILE_BYTES, read_text
 
 log = logging.getLogger(__name__)
@@ -200,26 +201,33 @@ def _where(mark: Any) -> str:
     return "" if mark is None else f"line {mark.line + 1}: "
 
 
-# Fields whose single number or per-device list is a device's share, split over its chunks (comm is per link).
-_SPLIT_FIELDS = ("costs.forward", "costs.backward", "costs.backward_weight", "memory.activation",
-                 "memory.weight_activation")
+# Fields whose single number or per-device list is a device's share, split over its chunks (comm is per link):
+# config field -> Problem.build's keyword and its default (the costs' defaults count as given: a per-model-stage
+# forward beside the default backward mixes the two forms; the memory's default, one activation a device, is the
+# unit the budget counts in).
+_SPLIT_FIELDS = {"costs.forward": ("forward", 1.0), "costs.backward": ("backward", 2.0),
+                 "costs.backward_weight": ("backward_weight", None), "memory.activation": ("activation", None),
+                 "memory.weight_activation": ("weight_activation", None)}
 
 
-def _warn_mixed_forms(written: dict[str, Any], problem: Problem) -> None:
+def _warn_mixed_forms(kwargs: dict[str, Any], problem: Problem) -> None:
     """Warn when, with chunks, some fields list one value per model stage and others give a device's share (a
     number or a per-device list, split over the device's chunks): ``backward_weight: 0.25`` beside an 8-value
-    ``forward`` is 0.125 a model stage, not 0.25 as the list's form suggests. Zeros mean the same either way."""
+    ``forward`` is 0.125 a model stage, not 0.25 as the list's form suggests. ``kwargs`` are Problem.build's, the
+    profile's costs included. Zeros mean the same either way."""
     if problem.num_chunks == 1:
         return
-    stages = problem.num_model_stages
     per_stage: list[str] = []
     shares: list[str] = []
-    for name in _SPLIT_FIELDS:
-        value = written.get(name)
-        values = value if isinstance(value, list) else [value]
-        if value is None or not any(isinstance(v, (int, float)) and v != 0 for v in values):
+    for name, (keyword, default) in _SPLIT_FIELDS.items():
+        value = plain_values(name, kwargs.get(keyword, default))
+        if value is None:
             continue
-        (per_stage if isinstance(value, list) and len(value) == stages else shares).append(name)
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if not any(isinstance(v, numbers.Real) and not isinstance(v, bool) and float(v) != 0 for v in values):
+            continue
+        label = name if keyword in kwargs else f"{name} (its default, {default:g})"
+        (per_stage if len(values) == problem.num_model_stages else shares).append(label)
     if per_stage and shares:
         chunks = problem.num_chunks
         log.warning("%s list%s one value per model stage, taken as written, while %s %s each device's share, split "
@@ -261,11 +269,9 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
         raise ConfigError(f"unknown top-level key {shown(unknown[0])}{did_you_mean(unknown[0], _SECTIONS)}; valid "
                           f"keys: {', '.join(_SECTIONS)}{study}")
     kwargs: dict[str, Any] = {}
-    written: dict[str, Any] = {}  # config field -> its value as written
     for section, keys in _PROBLEM_KEYS.items():
         for key, value in _section(data, section, list(keys)).items():
             kwargs[keys[key]] = value
-            written[f"{section}.{key}"] = value
     if ignore_budget:
         kwargs.pop("budget", None)
     if "profile" in kwargs:
@@ -278,7 +284,7 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
         if key not in kwargs:
             raise ConfigError(f"pipeline.{key} is missing; add it under 'pipeline:' (a whole number >= 1)")
     problem = Problem.build(**kwargs)
-    _warn_mixed_forms(written, problem)
+    _warn_mixed_forms(kwargs, problem)
     solver = SolverSettings(**_section(data, "solver", [f for f in SolverSettings.__dataclass_fields__]))
     units_raw = _section(data, "units", ["time", "memory"])
     for key, value in units_raw.items():

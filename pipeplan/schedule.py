@@ -102,6 +102,7 @@ def check_complete(problem: Problem, schedule: Schedule) -> None:
     expected = problem.num_model_stages * problem.num_microbatches * len(problem.kinds)
     if sum(seen) != expected:
         missing = [op.label for op in problem.all_ops() if not seen[number(op)]]
-        raise ScheduleError(
-            f"schedule {schedule.name!r} is missing {len(missing)} ops: {', '.join(missing[:10])}"
-        )
+        more = ", ..." if len(missing) > 10 else ""
+        ops = "op" if len(missing) == 1 else "ops"
+        raise ScheduleError(f"schedule {schedule.name!r} is missing {len(missing)} {ops}: "
+                            f"{', '.join(missing[:10])}{more}")

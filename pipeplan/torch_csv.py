@@ -81,6 +81,7 @@ class _Reader:
     def __init__(self, problem: Problem, source: str) -> None:
         self.problem = problem
         self.source = source
+        self.seen: dict[Op, _Action] = {}  # keyed by op: the action (cell) that ran it, as :meth:`read` fills it
 
     def fail(self, row: int, column: int, cell: str, why: str) -> ConfigError:
         return ConfigError(f"{self.source}: row {row} (rank {row - 1}), column {column}: {shown(cell, 40)} {why}")
@@ -135,7 +136,7 @@ class _Reader:
             raise ConfigError(f"{self.source} has {count} (one per rank), but the config has "
                               f"pipeline.num_stages: {problem.num_devices}; give a file for that many ranks or "
                               "change the config")
-        seen: dict[Op, _Action] = {}  # keyed by op: the action that ran it
+        seen = self.seen
         orders: list[list[Op]] = [[] for _ in rows]
         for a in actions:
             self.check_ranges(a)
@@ -165,18 +166,24 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
     or the deadlock when its orders cannot run.
     """
     expect("text", text, str, "the CSV's text (Path(file).read_text())")
-    orders = _Reader(problem, source).read(text.removeprefix("\ufeff"))  # as a file saved with a byte-order mark
+    reader = _Reader(problem, source)
+    orders = reader.read(text.removeprefix("\ufeff"))  # as a file saved with a byte-order mark
     schedule = Schedule.from_lists(name, orders)
     try:
-        simulate(problem, schedule)
+        simulate(problem, Schedule.from_lists("", orders))  # unnamed: its message then holds no file name
     except ScheduleError as exc:
-        # The ops named as the file writes them (3I2, not B2@s3), and a file of fewer microbatches said so.
-        reason = re.sub(r"\b([FBW])(\d+)@s(\d+)\b",
-                        lambda m: action_text(problem, Op(OpKind(m[1]), int(m[3]), int(m[2]))), str(exc))
-        reason = reason.replace("1 ops", "1 op")
-        found = {op.microbatch for order in orders for op in order}
-        fewer = (f" (the file runs microbatches 0 to {max(found)}; the config has {problem.num_microbatches}: "
-                 f"pipeline.num_microbatches)") if found and max(found) + 1 < problem.num_microbatches else ""
+        # The ops named as the file writes them (its cell: 3I2 or a full 3B2, not B2@s3; a missing op as it would
+        # be written), and a file of fewer microbatches said so.
+        def cell(match: re.Match[str]) -> str:
+            op = problem.op(OpKind(match[1]), int(match[3]), int(match[2]))
+            return reader.seen[op].cell.strip() if op in reader.seen else action_text(problem, op)
+
+        reason = re.sub(r"\b([FBW])(\d+)@s(\d+)\b", cell, str(exc)).replace("schedule ''", f"schedule {name!r}", 1)
+        found = sorted({op.microbatch for order in orders for op in order})
+        fewer = ""
+        if found and found[-1] + 1 < problem.num_microbatches:
+            runs = f"only microbatch {found[0]}" if len(found) == 1 else f"microbatches {found[0]} to {found[-1]}"
+            fewer = f" (the file runs {runs}; the config has pipeline.num_microbatches: {problem.num_microbatches})"
         raise ConfigError(f"{source} does not give a runnable schedule of the config{fewer}: {reason}") from None
     return schedule
 

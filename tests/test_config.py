@@ -370,8 +370,16 @@ def test_mixing_per_model_stage_lists_with_device_shares_is_warned_about(tmp_pat
     assert record.getMessage().startswith("costs.forward lists one value per model stage, taken as written, while "
                                           "costs.backward, costs.backward_weight are each device's share")
     caplog.clear()
+    # A cost left at its default is a share too (the default backward 2.0 is 1.0 a model stage here).
+    path.write_text(mixed.replace("backward: 1, backward_weight: 0.25", "backward_weight: 0"), encoding="utf-8")
+    load_config(path)
+    [record] = caplog.records
+    assert "costs.forward lists one value per model stage" in record.getMessage()
+    assert "while costs.backward (its default, 2) is each device's share" in record.getMessage()
+    caplog.clear()
+    stages = "[1, 1, 1, 1, 1, 1, 1, 1]"
     for same in (mixed.replace("[0.6, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.8]", "0.5"),  # all shares
-                 mixed.replace("backward: 1, backward_weight: 0.25", "backward_weight: 0"),  # zeros: either way
+                 mixed.replace("backward: 1, backward_weight: 0.25", f"backward: {stages}, backward_weight: 0"),  # 0
                  mixed.replace("num_chunks: 2", "num_chunks: 1").replace("[0.6, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.8]",
                                                                          "[0.6, 0.5, 0.5, 0.8]")):  # no chunks
         path.write_text(same, encoding="utf-8")

@@ -75,6 +75,8 @@ def test_report_shows_the_problem_and_every_schedule(folder: Path) -> None:
     for header in ("makespan (ms)", "stage span (ms)", "bubble", "utilization", "peak memory (GiB)",
                    "fits budget", "optimizer status", "lower bound (ms)", "gap"):
         assert f"<th>{header}</th>" in table
+    # The schedules that do not apply, one item per reason (as the terminal's "skipped" lines).
+    assert "<li><b>zb-v, dualpipe-v, v-half, v-min</b>: need num_chunks 2 in V placement" in text
 
 
 def test_report_command_rebuilds_the_same_page_from_the_files(
@@ -147,8 +149,8 @@ EDITED_SUMMARIES = [
     (lambda f: _edit_row(f, "optimal", status="FEASIBLE"), "schedule 'optimal': 'status' is 'FEASIBLE'"),
     (lambda f: _edit_summary(f, "chosen", "zb-h2"),
      "'chosen' is 'zb-h2', which its replay puts over the budget (a chosen schedule always fits it)"),
-    (lambda f: _edit_summary(f, "chosen", "gpipe"), "'chosen' is 'gpipe', whose replay gives makespan 83.4, but a "
-     "schedule in the folder within the budget has "),
+    (lambda f: _edit_summary(f, "chosen", "gpipe"), "'chosen' is 'gpipe', whose replay gives makespan 83.4, but "
+     "'optimal' in the folder gives "),
     (lambda f: _edit_summary(f, "memory_budget", 80), "'memory_budget' (of the config in it) is 80"),
     (lambda f: _edit_summary(f, "num_microbatches", 13), "'num_microbatches' (of the config in it) is 13"),
 ]
@@ -330,6 +332,11 @@ def test_the_headline_also_names_the_best_named_schedule_within_the_budget() -> 
            "gpipe (155.4)." in text, text
     summary["schedules"][0]["feasible"] = False  # 1F1B is the best that fits: named once
     assert "than 1f1b (163.9). The optimizer" in _headline(summary, Units(time="ms", memory="GiB"))
+    # A chosen named schedule is the best named one: only the baseline is set beside it (a tie on the objective,
+    # broken by memory, read "0.0 % faster than gpipe").
+    summary |= {"chosen": "1f1b", "memory_budget": None}
+    summary["schedules"][0] |= {"feasible": True, "makespan": 163.9}
+    assert "faster than" not in _headline(summary, Units(time="ms", memory="GiB"))
 
 
 def _damage_everywhere(summary: dict[str, object]) -> list[tuple[str, dict[str, object]]]:

@@ -96,6 +96,7 @@ def test_too_many_microbatches_names_what_sizing_sets() -> None:
 # Bad model and hardware input, each with the text its message must contain.
 BAD_RECORDS: list[tuple[str, Any, str]] = [
     ("model", "llama-9000", "unknown model preset 'llama-9000'; valid presets: gpt3-175b, llama2-7b"),
+    ("model", "Llama3.1-70B", "unknown model preset 'Llama3.1-70B' (did you mean 'llama3.1-70b'?); valid presets"),
     ("model", {k: v for k, v in SMALL.items() if k != "hidden_size"}, "model.hidden_size is missing"),
     ("model", {**SMALL, "num_layers": -2}, "model.num_layers must be > 0, got -2"),
     ("model", {**SMALL, "vocab_size": 1.5}, "model.vocab_size must be a whole number, got 1.5"),

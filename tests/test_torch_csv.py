@@ -118,11 +118,26 @@ BAD_FILES = [
     # Ops named as the file writes them (1W1, 0I0), not as pipeplan does (W1@s1, B0@s0).
     ("missing", GOOD.replace(",1W1", ""), "is missing 1 op: 1W1"),
     ("deadlock", "0F0,0F1,0I0,0W0,0I1,0W1\n1I0,1F0,1W0,1F1,1I1,1W1\n", "deadlocks: device 0 at 0I0 (waits for 1I0)"),
-    ("fewer-microbatches", "0F0,0I0,0W0\n1F0,1I0,1W0\n", "(the file runs microbatches 0 to 0; the config has 2: "
-     "pipeline.num_microbatches): schedule 'torch-csv' is missing 6 ops: 0F1, 0I1"),
+    ("fewer-microbatches", "0F0,0I0,0W0\n1F0,1I0,1W0\n", "(the file runs only microbatch 0; the config has "
+     "pipeline.num_microbatches: 2): schedule 'torch-csv' is missing 6 ops: 0F1, 0I1"),
 ]
 BAD_FILES[4] = ("stage-on-two-ranks", "0F0,0F1,0I0,0W0,1I1,0W1\n1F0,1I0,1W0,1F1,0I1,1W1\n",
                 "row 2 (rank 1), column 1: '1F0' puts stage 1 on rank 1, but row 1 (rank 0) already runs it ('1I1')")
+
+
+def test_order_errors_name_the_files_own_cells_and_leave_its_name_alone() -> None:
+    """Op labels in the message become the file's cells: a full backward written B in a split config stays 0B0
+    (not the 0I0 the file never wrote), a file named like an op keeps its name, and counts of 11 keep their s."""
+    problem = Problem.build(2, 2, backward_weight=1.0)
+    deadlock = "0F0,0F1,0B0,0B1\n1B0,1F0,1F1,1B1\n"  # full backwards: B and W in one cell
+    with pytest.raises(ConfigError) as info:
+        from_torch_csv(problem, deadlock, name="F1@s1", source="F1@s1.csv")
+    assert str(info.value).startswith("F1@s1.csv does not give a runnable schedule of the config: schedule 'F1@s1' "
+                                      "deadlocks: device 0 at 0B0 (waits for 1B0)"), info.value
+    big = Problem.build(2, 6, backward_weight=1.0)
+    with pytest.raises(ConfigError, match=r"is missing 18 ops: 0F3, 0I3, 0W3, 0F4, 0I4, 0W4, 0F5, 0I5, 0W5, 1F3, "
+                                          r"\.\.\."):
+        from_torch_csv(big, "0F0,0F1,0F2,0I0,0W0,0I1,0W1,0I2,0W2\n1F0,1I0,1W0,1F1,1I1,1W1,1F2,1I2,1W2\n")
 
 
 @pytest.mark.parametrize(("label", "text", "message"), BAD_FILES, ids=[row[0] for row in BAD_FILES])
@@ -296,6 +311,7 @@ def test_bad_export_and_import_exit_2_with_one_line(result_folder: Path, capsys:
     link.symlink_to(target)
     cases = [
         (["export", str(result_folder), "--schedule", "zb-v"], "has no schedule 'zb-v'; it has "),
+        (["export", str(result_folder), "--schedule", "1F1B"], "has no schedule '1F1B' (did you mean '1f1b'?)"),
         (["export", str(tmp_path / "nowhere")], "does not exist"),
         (["export", str(tmp_path)], "has no summary.json"),
         (["export", str(result_folder), "--format", "json"], "Invalid value for '--format'"),

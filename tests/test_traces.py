@@ -244,7 +244,7 @@ def test_a_valid_reordering_is_not_a_deadlock() -> None:
 @pytest.mark.parametrize(
     ("devices", "message"),
     [
-        (("F0@0 F1@0 B0@0", "F0@1 F1@1 B0@1 B1@1"), "missing 1 ops: B1@s0"),
+        (("F0@0 F1@0 B0@0", "F0@1 F1@1 B0@1 B1@1"), "missing 1 op: B1@s0"),
         (("F0@0 F1@0 B0@0 B1@0 F0@0", "F0@1 F1@1 B0@1 B1@1"), "repeats ops: F0@s0"),
         (("F0@0 F1@0 B0@0 B1@0 F0@1", "F1@1 B0@1 B1@1"), "runs F0@s1 on device 0"),
         (("F0@0 F1@0 F2@0 B0@0 B1@0", "F0@1 F1@1 B0@1 B1@1"), "F2@s0, which is not in the problem"),

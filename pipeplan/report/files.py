@@ -681,11 +681,13 @@ def check_summary(summary: dict[str, Any], config: Config, timelines: dict[str, 
     if not replayed[chosen].feasible:
         raise ConfigError(f"{path}: 'chosen' is {chosen!r}, which its replay puts over the budget (a chosen "
                           f"schedule always fits it); {rerun}")
-    best = min(getattr(m, objective) for m in replayed.values() if m.feasible)
+    best_name, best = min(((name, getattr(m, objective)) for name, m in replayed.items() if m.feasible),
+                          key=lambda pair: pair[1])
     value = getattr(replayed[chosen], objective)
     if value > best * (1 + _REPLAY_TOLERANCE) + _REPLAY_TOLERANCE:
-        raise ConfigError(f"{path}: 'chosen' is {chosen!r}, whose replay gives {objective} {value:g}, but a schedule "
-                          f"in the folder within the budget has {best:g} (the chosen one is always the best); {rerun}")
+        raise ConfigError(f"{path}: 'chosen' is {chosen!r}, whose replay gives {objective} {value:g}, but "
+                          f"{best_name!r} in the folder gives {best:g} within the budget (the chosen one is always "
+                          f"the best); {rerun}")
 
 
 def _check_proof(row: dict[str, Any], name: str, value: float,

@@ -25,6 +25,7 @@ from pipeplan.config import Config, Units
 from pipeplan.report.figures import gantt, memory_per_device, slug, utilization_bars
 from pipeplan.report.files import Results, read_results
 from pipeplan.report.tables import format_gap
+from pipeplan.schedules import group_reasons
 from pipeplan.simulate import Timeline
 
 REPORT_NAME = "report.html"
@@ -140,13 +141,16 @@ def _headline(summary: dict[str, Any], units: Units) -> str:
     if isinstance(budget, (int, float)):
         text += f" of {_num(budget)}"
     base = rows.get(baseline(summary) or "")
+    # The optimizer's answer is also set beside the best named schedule in the budget, when that is another (a
+    # chosen named schedule is that best one already, or ties with it).
     fitting = [row for row in summary["schedules"] if row["schedule"] != "optimal" and row["feasible"]]
-    best = min(fitting, key=lambda row: row[objective], default=None)  # the best named schedule in the budget
+    best = min(fitting, key=lambda row: row[objective], default=None) if chosen["schedule"] == "optimal" else None
     compared = [row for row in (base, best) if row is not None and row["schedule"] != chosen["schedule"]
                 and row[objective] > 0]
+    within = " within the budget" if summary.get("memory_budget") is not None else ""
     for n, row in enumerate(dict((row["schedule"], row) for row in compared).values()):
         change = (chosen[objective] - row[objective]) / row[objective]
-        which = "" if n == 0 else "the best named schedule within the budget, "
+        which = "" if n == 0 else f"the best named schedule{within}, "
         text += (f"{'; ' if n == 0 else ' and '}{_pct(abs(change))} {'faster' if change <= 0 else 'slower'} than "
                  f"{which}{html.escape(row['schedule'])} ({_num(row[objective], 6)})")
     optimal = rows.get("optimal")
@@ -208,7 +212,8 @@ def build_report(results: Results) -> str:
     ]
     skipped: dict[str, str] = summary.get("skipped") or {}
     if skipped:
-        items = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in skipped.items())
+        items = "".join(f"<li><b>{html.escape(', '.join(names))}</b>: {html.escape(reason)}</li>"
+                        for names, reason in group_reasons(skipped))
         parts.append(f'<p class="note">Not applicable here:</p><ul class="note">{items}</ul>')
     others: list[dict[str, Any]] = summary.get("other_layouts") or []
     if others:

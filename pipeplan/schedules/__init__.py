@@ -7,6 +7,7 @@ simplicity used to break ties (GPipe is simpler than 1F1B, which is simpler than
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -94,6 +95,17 @@ def require_one_chunk(problem: Problem, name: str) -> None:
         instead = "with chunks, " + "; ".join(f"{', '.join(others)} ({_where(placement)})"
                                               for placement, others in by_placement.items()) + " apply"
     raise NotApplicable(f"{name} runs one chunk per device (got num_chunks {problem.num_chunks}); {instead}")
+
+
+def group_reasons(skipped: dict[str, str]) -> list[tuple[list[str], str]]:
+    """``skipped`` (schedule -> why it does not apply, a text that starts with its name) as (schedules, reason)
+    pairs, one per reason, the reason without the name and its verb agreeing ("zb-v, v-min need num_chunks 2
+    ...")."""
+    groups: dict[str, list[str]] = {}  # keyed by the reason without the schedule's name
+    for name, reason in skipped.items():
+        groups.setdefault(reason.removeprefix(f"{name} "), []).append(name)
+    return [(schedules, re.sub(r"^(need|run)s ", r"\1 ", reason) if len(schedules) > 1 else reason)
+            for reason, schedules in groups.items()]
 
 
 def names() -> list[str]:

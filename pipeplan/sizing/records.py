@@ -55,7 +55,8 @@ def resolve(value: object, kind: str, what: str) -> tuple[str, dict[str, Any]]:
         return (name if "preset" in data or "name" in data else path.stem), fields
     if isinstance(value, str):
         if value not in known:
-            raise ConfigError(f"unknown {what} preset {value!r}; valid presets: {', '.join(known)} "
+            raise ConfigError(f"unknown {what} preset {value!r}{did_you_mean(value, known)}; valid presets: "
+                              f"{', '.join(known)} "
                               f"(or give a mapping of fields, or a YAML file)")
         return value, dict(known[value])
     if isinstance(value, Mapping):
