@@ -24,7 +24,7 @@ from pipeplan import __version__
 from pipeplan.config import Config, Units
 from pipeplan.report.figures import gantt, memory_per_device, slug, utilization_bars
 from pipeplan.report.files import Results, read_results
-from pipeplan.report.tables import format_gap
+from pipeplan.report.tables import format_gap, format_memory
 from pipeplan.schedules import group_reasons
 from pipeplan.simulate import Timeline
 
@@ -54,9 +54,9 @@ footer { margin-top: 3em; color: #777; font-size: 0.85em; }
 
 
 def _num(value: float, digits: int = 4) -> str:
-    """``digits`` significant digits; from 100,000 to 10**15 whole with thousands separators (memory in bytes
-    read 1.288e+10)."""
-    return f"{value:,.0f}" if 1e5 <= abs(value) < 1e15 else f"{value:.{digits}g}"
+    """``digits`` significant digits; large values as the terminal's tables give them (memory in bytes read
+    1.288e+10: :func:`~pipeplan.report.tables.format_memory`)."""
+    return format_memory(value) if 1e5 <= abs(value) < 1e15 else f"{value:.{digits}g}"
 
 
 def _pct(value: float) -> str:
