@@ -526,10 +526,12 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
             click.echo(json.dumps(summary, indent=2))
             _exit_if_interrupted(stop, message)
             return
-        from pipeplan.report.tables import comparison_table, format_gap
+        from pipeplan.report.tables import comparison_table, format_gap, over_budget_notes
 
         console = _console()
         console.print(*comparison_table(summary, cfg.units, console.width))
+        for note in over_budget_notes(summary, cfg.units):
+            console.print(note, style="dim", soft_wrap=True)
         opt = comparison.optimal
         console.print(
             f"optimizer: {opt.status} {opt.objective_name} {opt.objective:g} {cfg.units.time}, "

@@ -116,3 +116,24 @@ def test_a_narrow_part_keeps_its_title_on_few_lines() -> None:
     [whole] = fitted_tables(title, [Column("schedule"), Column("proof")], [["* optimal", "optimal"]], 80)
     text = drawn(whole, 80)
     assert len(text[:text.index("┏")].strip("\n").splitlines()) == 1, text
+
+
+def test_a_schedule_over_a_per_device_budget_names_the_devices() -> None:
+    """With budgets 6 5 4 3 3 3 the table's peak (the largest device's, 6) fits the largest budget, yet "fits NO":
+    a line under the table says where."""
+    from pipeplan.config import Units
+    from pipeplan.report.tables import over_budget_notes
+
+    def row(name: str, feasible: bool, peaks: list[float]) -> dict[str, object]:
+        return {"schedule": name, "feasible": feasible, "peak_memory_per_device": peaks}
+
+    summary = {"memory_budget": [6, 5, 4, 3, 3, 3],
+               "schedules": [row("1f1b", True, [6, 5, 4, 3, 2, 1]),
+                             row("zb-h1", False, [6, 5.35, 4.7, 4.05, 3.4, 2.75]),
+                             row("zb-h2", False, [11, 5, 4, 3, 3, 3.5])]}
+    units = Units(time="ms", memory="GiB")
+    assert over_budget_notes(summary, units) == [
+        "zb-h1 is over the budget on devices 1 (5.35 against 5), 2 (4.7 against 4), 3 (4.05 against 3) and 1 more "
+        "(in GiB)",
+        "zb-h2 is over the budget on devices 0 (11 against 6), 5 (3.5 against 3) (in GiB)"]
+    assert over_budget_notes({**summary, "memory_budget": 6}, units) == []  # one budget: the peak column says it

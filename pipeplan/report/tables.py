@@ -117,6 +117,25 @@ def comparison_table(summary: dict[str, Any], units: Units, width: int | None = 
                          caption=f"* chosen: {summary['chosen']} (best {objective} in budget)")
 
 
+def over_budget_notes(summary: dict[str, Any], units: Units) -> list[str]:
+    """With a budget per device, a line per schedule over it naming the devices it exceeds: the table's peak is the
+    largest device's, which may fit the largest budget ("peak 6, fits NO" beside budgets 6 5 4 3 3 3)."""
+    budget = summary.get("memory_budget")
+    if not isinstance(budget, list):
+        return []
+    notes = []
+    for row in summary["schedules"]:
+        if row["feasible"]:
+            continue
+        over = [f"{d} ({format_memory(peak)} against {format_memory(limit)})"
+                for d, (peak, limit) in enumerate(zip(row["peak_memory_per_device"], budget))
+                if peak > limit * (1 + 1e-9)]
+        more = f" and {len(over) - 3} more" if len(over) > 3 else ""
+        notes.append(f"{row['schedule']} is over the budget on device{'s' if len(over) > 1 else ''} "
+                     f"{', '.join(over[:3])}{more} (in {units.memory})")
+    return notes
+
+
 def frontier_tables(name: str, rows: Sequence[FrontierRow], objective: str, units: Units,
                     width: int | None = None) -> list[Table]:
     """A frontier sweep as one row per budget: each schedule's objective, then the optimizer's with its proof.
