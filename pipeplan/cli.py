@@ -31,6 +31,7 @@ from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
 from pipeplan.problem import ConfigError, PipeplanError, did_you_mean
 from pipeplan.report.files import (
+    CSV_FLOAT_FORMAT,
     WriteInterrupted,
     check_output_file,
     check_output_folder,
@@ -530,8 +531,6 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
 
         console = _console()
         console.print(*comparison_table(summary, cfg.units, console.width))
-        for note in over_budget_notes(summary, cfg.units):
-            console.print(note, style="dim", soft_wrap=True)
         opt = comparison.optimal
         console.print(
             f"optimizer: {opt.status} {opt.objective_name} {opt.objective:g} {cfg.units.time}, "
@@ -541,6 +540,8 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
         )
         for note in optimizer_notes(opt):
             console.print(note, style="yellow", soft_wrap=True)
+        for note in over_budget_notes(summary, cfg.units):
+            console.print(note, style="dim", soft_wrap=True)
         for line in skipped_lines(comparison.skipped):
             console.print(line, style="dim", soft_wrap=True)
         for row in comparison.other_layouts:
@@ -945,7 +946,7 @@ def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config,
         from pipeplan.report.files import frontier_frame
 
         def fill(folder: Path) -> None:
-            frontier_frame(rows).to_csv(folder / "frontier.csv", index=False)
+            frontier_frame(rows).to_csv(folder / "frontier.csv", index=False, float_format=CSV_FLOAT_FORMAT)
             fig = frontier_figure(rows, settings.objective, title=f"{cfg.name}: {settings.objective} against "
                                   "activation memory budget", time_unit=cfg.units.time,
                                   memory_unit=cfg.units.memory)

@@ -676,3 +676,16 @@ def test_schedules_skipped_for_one_reason_share_a_line() -> None:
         "skipped zb-h1: needs a split backward (B and W); set costs.backward_weight > 0",
         "skipped zb-v, v-min: need num_chunks 2 in V placement; set pipeline.num_chunks: 2",
         "skipped 1f1b: runs one chunk per device (got num_chunks 2)"]
+
+
+def test_result_csvs_write_floats_without_binary_noise(tmp_path: Path) -> None:
+    """GPipe's makespan on split-8x32 is 123.26000000000005 as a float sum of its costs; metrics.csv wrote it so
+    (summary.json keeps the exact float)."""
+    out = tmp_path / "run"
+    assert main(["solve", str(ROOT / "models" / "split-8x32.yaml"), "--time-limit", "1", "--workers", "1",
+                 "--out", str(out), "--quiet"]) == 0
+    gpipe = next(line for line in (out / "metrics.csv").read_text(encoding="utf-8").splitlines()
+                 if line.startswith("gpipe,"))
+    assert gpipe.startswith("gpipe,True,123.26,123.26,"), gpipe
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert next(r for r in summary["schedules"] if r["schedule"] == "gpipe")["makespan"] == 123.26000000000005

@@ -74,6 +74,11 @@ def timeline_records(timeline: Timeline) -> list[dict[str, Any]]:
     ]
 
 
+# How result CSVs write floats: twelve significant digits, so that sums of costs read 123.26, not the
+# 123.26000000000005 of their binary floats (summary.json keeps every float exactly).
+CSV_FLOAT_FORMAT = "%.12g"
+
+
 def metrics_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """The rows of a comparison as a table with :data:`CSV_COLUMNS` (missing fields left empty)."""
     frame = pd.DataFrame(rows)
@@ -424,7 +429,7 @@ def write_results(out: Path, summary: dict[str, Any], timelines: dict[str, Timel
 
     def fill(folder: Path) -> None:
         (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        metrics_frame(summary["schedules"]).to_csv(folder / "metrics.csv", index=False)
+        metrics_frame(summary["schedules"]).to_csv(folder / "metrics.csv", index=False, float_format=CSV_FLOAT_FORMAT)
         (folder / "schedules").mkdir()
         for name, timeline in timelines.items():
             record = {"schedule": name, "ops": timeline_records(timeline)}

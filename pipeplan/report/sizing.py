@@ -21,7 +21,7 @@ from rich.table import Table
 from pipeplan import __version__
 from pipeplan.config import SolverSettings, Units
 from pipeplan.report.figures import gantt, memory_figure, schedule_colours
-from pipeplan.report.files import config_record, write_folder
+from pipeplan.report.files import CSV_FLOAT_FORMAT, config_record, write_folder
 from pipeplan.report.tables import Column, fitted_tables
 from pipeplan.simulate import Timeline
 from pipeplan.sizing.hardware import GIB
@@ -273,7 +273,7 @@ def write_size_folder(out: Path, force: bool, result: StudyResult, top: int,
                         gain_sentence(result.gain_label, result.baseline, result.optimal), settings)
 
     def fill(folder: Path) -> None:
-        result.frame.to_csv(folder / "sweep.csv", index=False)
+        result.frame.to_csv(folder / "sweep.csv", index=False, float_format=CSV_FLOAT_FORMAT)
         (folder / REPORT_NAME).write_text(page, encoding="utf-8")
         (folder / "best.yaml").write_text(best_config_text(result), encoding="utf-8")
         if extra is not None:
