@@ -940,10 +940,12 @@ def _stopped_in_process(budgets: Sequence[float], rows: Sequence[Any]) -> str:
 
 def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config, settings: SolverSettings,
                     no_png: bool, extra: Callable[[Path], None] | None = None) -> None:
-    """Write DIR/frontier.csv, frontier.html and frontier.png (unless ``no_png``) atomically."""
+    """Write DIR/frontier.csv, frontier.html (the chart and the table) and frontier.png (unless ``no_png``)
+    atomically."""
     if out is not None:
         from pipeplan.report.figures import frontier_figure, save
         from pipeplan.report.files import frontier_frame
+        from pipeplan.report.html import frontier_table
 
         def fill(folder: Path) -> None:
             frontier_frame(rows).to_csv(folder / "frontier.csv", index=False, float_format=CSV_FLOAT_FORMAT)
@@ -951,6 +953,10 @@ def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config,
                                   "activation memory budget", time_unit=cfg.units.time,
                                   memory_unit=cfg.units.memory)
             save(fig, folder / "frontier", png=not no_png, self_contained=True)
+            page = folder / "frontier.html"  # the table under the chart: the page shows what the terminal did
+            table = frontier_table(rows, settings.objective, cfg.units)
+            page.write_text(page.read_text(encoding="utf-8").replace("</body>", table + "</body>", 1),
+                            encoding="utf-8")
             if extra is not None:
                 extra(folder)
 

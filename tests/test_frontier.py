@@ -206,6 +206,13 @@ def test_frontier_command_writes_csv_and_a_self_contained_plot(
     assert values == sorted(values, reverse=True)
     html = (out / "frontier.html").read_text(encoding="utf-8")
     assert html.count("* plotly.js v") == 1 and "<script src" not in html
+    # Under the chart, the table the terminal printed: a budget that admits nothing says why, an over-budget value
+    # is in parentheses (the page was the chart alone, which leaves both out).
+    table = html[html.index('<table class="frontier">'):html.index("</table>", html.index('<table class="frontier">'))]
+    assert "<th>budget (slots)</th>" in table and "<th>lower bound</th>" in table
+    assert '<td class="num">0.5</td>' in table and "INFEASIBLE" in table
+    assert "memory.budget (0.5) on device 0 is below one activation (1)" in table
+    assert table.count("<tr>") == 1 + 6  # the header and one row a budget
     expected = ["frontier.csv", "frontier.html", *(["frontier.png"] if png else []), "store.sqlite"]
     assert sorted(p.name for p in out.iterdir()) == expected
     assert [p.name for p in tmp_path.iterdir()] == ["sweep"]
