@@ -952,11 +952,9 @@ def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config,
             fig = frontier_figure(rows, settings.objective, title=f"{cfg.name}: {settings.objective} against "
                                   "activation memory budget", time_unit=cfg.units.time,
                                   memory_unit=cfg.units.memory)
-            save(fig, folder / "frontier", png=not no_png, self_contained=True)
-            page = folder / "frontier.html"  # the table under the chart: the page shows what the terminal did
-            table = frontier_table(rows, settings.objective, cfg.units)
-            page.write_text(page.read_text(encoding="utf-8").replace("</body>", table + "</body>", 1),
-                            encoding="utf-8")
+            # The table under the chart: the page shows what the terminal did.
+            save(fig, folder / "frontier", png=not no_png, self_contained=True,
+                 below=frontier_table(rows, settings.objective, cfg.units))
             if extra is not None:
                 extra(folder)
 

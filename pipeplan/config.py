@@ -6,8 +6,8 @@ errors, so that a typo is never silently ignored.
 
 from __future__ import annotations
 
+import inspect
 import logging
-import numbers
 import os
 import re
 import unicodedata
@@ -17,7 +17,16 @@ from typing import Any, Literal
 
 import yaml
 
-from pipeplan.problem import ConfigError, Problem, did_you_mean, expect, plain_values, python_reason, shown
+from pipeplan.problem import (
+    ConfigError,
+    Problem,
+    did_you_mean,
+    expect,
+    is_number,
+    plain_values,
+    python_reason,
+    shown,
+)
 from pipeplan.reading import SMALL_FILE_BYTES, read_text
 
 log = logging.getLogger(__name__)
@@ -202,12 +211,12 @@ def _where(mark: Any) -> str:
 
 
 # Fields whose single number or per-device list is a device's share, split over its chunks (comm is per link):
-# config field -> Problem.build's keyword and its default (the costs' defaults count as given: a per-model-stage
-# forward beside the default backward mixes the two forms; the memory's default, one activation a device, is the
-# unit the budget counts in).
-_SPLIT_FIELDS = {"costs.forward": ("forward", 1.0), "costs.backward": ("backward", 2.0),
-                 "costs.backward_weight": ("backward_weight", None), "memory.activation": ("activation", None),
-                 "memory.weight_activation": ("weight_activation", None)}
+# config field -> Problem.build's keyword, and whether its default counts as given (the costs' do: a
+# per-model-stage forward beside the default backward mixes the two forms; the memory's default, one activation a
+# device, is the unit the budget counts in).
+_SPLIT_FIELDS = {"costs.forward": ("forward", True), "costs.backward": ("backward", True),
+                 "costs.backward_weight": ("backward_weight", False), "memory.activation": ("activation", False),
+                 "memory.weight_activation": ("weight_activation", False)}
 
 
 def _warn_mixed_forms(kwargs: dict[str, Any], problem: Problem) -> None:
@@ -217,14 +226,16 @@ def _warn_mixed_forms(kwargs: dict[str, Any], problem: Problem) -> None:
     profile's costs included. Zeros mean the same either way."""
     if problem.num_chunks == 1:
         return
+    defaults = inspect.signature(Problem.build).parameters
     per_stage: list[str] = []
     shares: list[str] = []
-    for name, (keyword, default) in _SPLIT_FIELDS.items():
-        value = plain_values(name, kwargs.get(keyword, default))
-        if value is None:
+    for name, (keyword, default_counts) in _SPLIT_FIELDS.items():
+        if keyword not in kwargs and not default_counts:
             continue
+        default = defaults[keyword].default
+        value = plain_values(name, kwargs.get(keyword, default))
         values = list(value) if isinstance(value, (list, tuple)) else [value]
-        if not any(isinstance(v, numbers.Real) and not isinstance(v, bool) and float(v) != 0 for v in values):
+        if not any(is_number(v) and float(v) != 0 for v in values):  # type: ignore[arg-type]  # zeros: either way
             continue
         label = name if keyword in kwargs else f"{name} (its default, {default:g})"
         (per_stage if len(values) == problem.num_model_stages else shares).append(label)

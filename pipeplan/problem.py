@@ -78,6 +78,10 @@ def fields_named_as(names: Mapping[str, str]) -> Iterator[None]:
         raise ConfigError(message) from None
 
 
+# :attr:`Op.label` in a text (a schedule's error): groups kind, microbatch, model stage.
+OP_LABEL = re.compile(r"\b([FBW])(\d+)@s(\d+)\b")
+
+
 def did_you_mean(word: object, choices: Iterable[str]) -> str:
     """" (did you mean 'backward'?)" when ``word`` is a text close to one of ``choices`` (a typo), else ""."""
     if not isinstance(word, str):
@@ -132,7 +136,7 @@ class Op:
 
     @property
     def label(self) -> str:
-        """A short name such as ``F3@s1`` (kind, microbatch, model stage)."""
+        """A short name such as ``F3@s1`` (kind, microbatch, model stage); :data:`OP_LABEL` finds them in a text."""
         return f"{self.kind.value}{self.microbatch}@s{self.stage}"
 
 
@@ -140,7 +144,7 @@ Number = float | int
 PerStage = Number | Sequence[Number]
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
     """A real number (Python's, or a NumPy scalar, which registers as one), not a bool."""
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np_bool_types()))
 
@@ -640,7 +644,7 @@ _PER_STAGE_FIELDS = {
 def _as_float(name: str, value: object, what: str = "a finite number") -> float:
     """``value`` as a float, or a :class:`ConfigError` naming ``name`` when it is not a finite number (including
     a whole number too large for a float)."""
-    if not _is_number(value):
+    if not is_number(value):
         commas = "; separate a list's numbers with commas, e.g. [1, 2]" if _spaced_numbers(value) else ""
         raise ConfigError(f"{name} must be {what}, got {shown(value)}{commas}")
     try:

@@ -22,10 +22,10 @@ from __future__ import annotations
 import csv
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pipeplan.problem import ConfigError, Op, OpKind, Problem, expect, shown
+from pipeplan.problem import OP_LABEL, ConfigError, Op, OpKind, Problem, expect, shown
 from pipeplan.reading import TORCH_CSV_BYTES, read_text
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.simulate import simulate
@@ -168,9 +168,9 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
     expect("text", text, str, "the CSV's text (Path(file).read_text())")
     reader = _Reader(problem, source)
     orders = reader.read(text.removeprefix("\ufeff"))  # as a file saved with a byte-order mark
-    schedule = Schedule.from_lists(name, orders)
+    schedule = Schedule.from_lists("", orders)  # unnamed while checked: its errors then hold no file name
     try:
-        simulate(problem, Schedule.from_lists("", orders))  # unnamed: its message then holds no file name
+        simulate(problem, schedule)
     except ScheduleError as exc:
         # The ops named as the file writes them (its cell: 3I2 or a full 3B2, not B2@s3; a missing op as it would
         # be written), and a file of fewer microbatches said so.
@@ -178,14 +178,14 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
             op = problem.op(OpKind(match[1]), int(match[3]), int(match[2]))
             return reader.seen[op].cell.strip() if op in reader.seen else action_text(problem, op)
 
-        reason = re.sub(r"\b([FBW])(\d+)@s(\d+)\b", cell, str(exc)).replace("schedule ''", f"schedule {name!r}", 1)
+        reason = OP_LABEL.sub(cell, str(exc)).replace("schedule ''", f"schedule {name!r}", 1)
         found = sorted({op.microbatch for order in orders for op in order})
         fewer = ""
         if found and found[-1] + 1 < problem.num_microbatches:
             runs = f"only microbatch {found[0]}" if len(found) == 1 else f"microbatches {found[0]} to {found[-1]}"
             fewer = f" (the file runs {runs}; the config has pipeline.num_microbatches: {problem.num_microbatches})"
         raise ConfigError(f"{source} does not give a runnable schedule of the config{fewer}: {reason}") from None
-    return schedule
+    return replace(schedule, name=name)
 
 
 def read_torch_csv(problem: Problem, path: str | Path, name: str | None = None) -> Schedule:

@@ -36,9 +36,12 @@ def _ignore_interrupts() -> None:
 
 
 # What a Python script that starts worker processes needs: each worker imports the script again.
+_GUARD = "under `if __name__ == \"__main__\":`, since each worker process imports the script again"
 SCRIPT_GUARD = ("worker processes were started while a worker was importing the script that started them: put the "
-                "script's calls (sweep or run_study with more than one process, anything given a LocalExecutor) "
-                "under `if __name__ == \"__main__\":`, since each worker process imports the script again")
+                f"script's calls (sweep or run_study with more than one process, anything given a LocalExecutor) "
+                f"{_GUARD}")
+
+
 def worker_died() -> str:
     """A task's error when the pool broke under it; from a Python script (not the ``pipeplan`` command, whose
     workers cannot start more), with a word on the ``__main__`` guard."""
@@ -46,8 +49,7 @@ def worker_died() -> str:
     package = (getattr(getattr(main, "__spec__", None), "name", None) or "").split(".")[0]  # python -m NAME
     path = getattr(main, "__file__", None)
     script = package != "pipeplan" and path is not None and Path(path).name != "pipeplan"
-    guard = ("; from a Python script, see that its calls are under `if __name__ == \"__main__\":`, since each "
-             "worker process imports the script again") if script else ""
+    guard = f"; from a Python script, see that its calls are {_GUARD}" if script else ""
     return ("BrokenProcessPool: a worker process died before this task finished (killed, out of memory or "
             f"crashed{guard})")
 
@@ -130,7 +132,8 @@ class LocalExecutor:
                     results = future.result()
                 except BrokenProcessPool:
                     self._pool = None  # broken for good: the next map starts a new one
-                    results = [TaskResult(index, error=worker_died()) for index in futures[future]]
+                    error = worker_died()
+                    results = [TaskResult(index, error=error) for index in futures[future]]
                 except Exception as exc:  # e.g. an input or a result that cannot be pickled
                     results = [TaskResult(index, error=describe(exc)) for index in futures[future]]
                 yield from results

@@ -384,9 +384,10 @@ def _write_png_retrying(fig: go.Figure, path: Path) -> None:
 
 
 def save(
-    fig: go.Figure, path: str | os.PathLike[str], png: bool = True, self_contained: bool = True
+    fig: go.Figure, path: str | os.PathLike[str], png: bool = True, self_contained: bool = True, below: str = ""
 ) -> list[Path]:
-    """Write ``fig`` to ``path`` with suffix .html and, if ``png`` and static export works, .png.
+    """Write ``fig`` to ``path`` with suffix .html (``below``, HTML, under the figure) and, if ``png`` and static
+    export works, .png.
 
     The HTML embeds plotly.js (about 5 MB) so that it works offline; with ``self_contained=False`` it loads
     plotly.js from its CDN instead (small, but blank without a network). PNG export needs kaleido and a Chrome or
@@ -397,7 +398,8 @@ def save(
     target.parent.mkdir(parents=True, exist_ok=True)
     html = target.with_suffix(".html")
     # The figure's div named after the file, not a random id: the same figure writes the same file every time.
-    fig.write_html(html, include_plotlyjs=True if self_contained else "cdn", div_id=slug(target.stem))
+    page = fig.to_html(include_plotlyjs=True if self_contained else "cdn", div_id=slug(target.stem))
+    html.write_text(page.replace("</body>", below + "</body>", 1) if below else page, encoding="utf-8")
     written = [html]
     if not png:
         return written

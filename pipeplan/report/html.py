@@ -57,7 +57,7 @@ footer { margin-top: 3em; color: #777; font-size: 0.85em; }
 def _num(value: float, digits: int = 4) -> str:
     """``digits`` significant digits; large values as the terminal's tables give them (memory in bytes read
     1.288e+10: :func:`~pipeplan.report.tables.format_memory`)."""
-    return format_memory(value) if 1e5 <= abs(value) < 1e15 else f"{value:.{digits}g}"
+    return format_memory(value, digits)
 
 
 def _pct(value: float) -> str:

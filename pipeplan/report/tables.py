@@ -39,10 +39,10 @@ def format_gap(gap: float) -> str:
     return f"{percent:.2f} %" if percent >= 0.01 else f"{percent:.1g} %"
 
 
-def format_memory(value: float) -> str:
-    """Six significant digits (44.1406, 17.5); from 100,000 to 10**15, whole with thousands separators
+def format_memory(value: float, digits: int = 6) -> str:
+    """``digits`` significant digits (44.1406, 17.5); from 100,000 to 10**15, whole with thousands separators
     (12,884,901,888: memory in bytes), which six digits would print as 1.28849e+10."""
-    return f"{value:,.0f}" if 1e5 <= abs(value) < 1e15 else f"{value:g}"
+    return f"{value:,.0f}" if 1e5 <= abs(value) < 1e15 else f"{value:.{digits}g}"
 
 
 def metrics_table(title: str, metrics: dict[str, Any], units: Units, budget: Sequence[float] | None) -> Table:

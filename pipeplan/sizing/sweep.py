@@ -271,14 +271,13 @@ def sweep_with_stats(
                             should_stop=should_stop,
                             done_before=(stats.done, stats.total, stats.reused, len(stats.failures)))
         stats.add(optimal, list(optimal_tasks.values()))
-    for setup, (_, ranking_rows) in zip(built, named_rows):
+    for setup, ranking_rows in named_rows:
         for name in names:
             if name == OPTIMAL and id(setup) not in chosen:
                 if stats.stopped:
                     reason = NOT_RUN
                 elif not any(row.get("fits") for row in ranking_rows):
-                    none = "fits in memory" if any("skipped" not in row or row["skipped"] is None
-                                                   for row in ranking_rows) else "ran"
+                    none = "fits in memory" if any(row.get("skipped") is None for row in ranking_rows) else "ran"
                     reason = (f"no named schedule ({', '.join(named_names)}) {none} here, so the optimizer (on the "
                               f"top {optimal_top} configurations by their best named schedule) skipped it")
                 else:
