@@ -214,6 +214,30 @@ class _Writing(_StatusLine):
             self.status = console.status(Text(f"writing {what} ..."))  # a Text: never read as markup
 
 
+class _PlainLines:
+    """Progress as plain lines on a stderr that is not a terminal (--progress on a pipe): one a second at most;
+    a line the limit held back is printed by :meth:`flush` (at the end, or before a new phase starts)."""
+
+    def __init__(self, console: Console, enabled: bool) -> None:
+        self.console = console
+        self.enabled = enabled
+        self.last_line: float | None = None  # when the last line was printed
+        self.held: Callable[[], str] | None = None  # the last line offered and not printed, rendered when printed
+
+    def offer(self, render: Callable[[], str], always: bool = False) -> None:
+        """Print ``render()`` now if a second has passed since the last line (or ``always``), else hold it."""
+        if not self.enabled:
+            return
+        self.held = render
+        if always or self.last_line is None or time.monotonic() - self.last_line >= 1.0:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.held is not None:
+            self.console.print(self.held(), highlight=False, markup=False, soft_wrap=True)
+            self.last_line, self.held = time.monotonic(), None
+
+
 class _ProgressLine(_StatusLine):
     """Live solver progress on stderr when stderr is a terminal and not --quiet: a line that ticks every
     fraction of a second with the elapsed time, and shows the best objective and bound as the solver reports
@@ -221,15 +245,14 @@ class _ProgressLine(_StatusLine):
 
     Called with a solver :class:`Progress`, or with a :class:`SweepProgress` during a frontier sweep, which
     adds which budget is being solved ("budget 3/7 (12 slots)"). With ``forced`` (--progress) on a stderr that
-    is not a terminal, the same line is printed plainly, one a second at most, and once more at the end.
+    is not a terminal, the same line is printed plainly (:class:`_PlainLines`): each budget's start, then one a
+    second at most, the last before the next budget and at the end.
     """
 
     def __init__(self, enabled: bool, unit: str, memory_unit: str = "", forced: bool = False) -> None:
         self.console = _Stderr()
         self.enabled = enabled and self.console.is_terminal
-        self.lines = forced and not self.console.is_terminal
-        self.last_line: float | None = None  # when the last plain line was printed
-        self.unprinted = False  # a report came after the last plain line
+        self.lines = _PlainLines(self.console, forced and not self.console.is_terminal)
         self.unit = unit
         self.memory_unit = memory_unit
         self.prefix = ""
@@ -250,12 +273,12 @@ class _ProgressLine(_StatusLine):
     def __call__(self, report: Progress | SweepProgress) -> None:
         if isinstance(report, SweepProgress):
             if report.solve is None:
-                self._pending_line()  # the budget before this one: its last report
+                self.lines.flush()  # the budget before this one: its last report
                 self.prefix = format_sweep(report, self.memory_unit)
                 self.objective = self.bound = None
                 self.phase = "named schedules ..."
                 self.started = time.monotonic()
-                self._plain_line(always=True)  # each budget's start
+                self.lines.offer(self.__rich__, always=True)  # each budget's start
                 return
             self.prefix = format_sweep(report, self.memory_unit)
             report = report.solve
@@ -264,27 +287,11 @@ class _ProgressLine(_StatusLine):
             self.objective = report.objective
         if report.bound is not None:
             self.bound = report.bound
-        self._plain_line()
-
-    def _plain_line(self, always: bool = False) -> None:
-        """With --progress on a pipe: the line, one a second at most unless ``always`` (a budget's start)."""
-        if not self.lines:
-            return
-        self.unprinted = True
-        now = time.monotonic()
-        if always or self.last_line is None or now - self.last_line >= 1.0:
-            self.console.print(self.__rich__(), highlight=False, markup=False, soft_wrap=True)
-            self.last_line, self.unprinted = now, False
-
-    def _pending_line(self) -> None:
-        """The last report, when the one-a-second limit held it back: a budget's result, before the next budget
-        starts or the sweep ends."""
-        if self.unprinted:
-            self._plain_line(always=True)
+        self.lines.offer(self.__rich__)
 
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
-        self._pending_line()
+        self.lines.flush()  # the last report, when the one-a-second limit held it back
 
 
 _INTERRUPTED_SEARCH = "interrupted: the search was stopped early; the results above are the best found by then"
@@ -678,12 +685,9 @@ class _TaskProgress:
                              TextColumn("{task.fields[reused]} reused, {task.fields[failed]} failed"),
                              TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), console=self.console)
                     if terminal and (forced or not quiet) else None)
-        self.lines = forced and not terminal
+        self.lines = _PlainLines(self.console, forced and not terminal)
         self.task: Any = None
         self.started = time.monotonic()
-        self.last_line = 0.0
-        self.last: Any = None
-        self.printed: Any = None  # the last report printed as a line
 
     def __enter__(self) -> _TaskProgress:
         if self.bar is not None:
@@ -694,31 +698,27 @@ class _TaskProgress:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
-        elif self.lines and self.last is not None and self.last is not self.printed:
-            self._line(self.last)
+        self.lines.flush()
 
-    def _line(self, report: Any) -> None:
+    def _line(self, report: Any) -> str:
         elapsed = time.monotonic() - self.started
         ran = report.done - report.reused
         left = ""
         if 0 < ran and report.done < report.total:
             left = f", about {elapsed / ran * (report.total - report.done):.0f} s left"
-        self.console.print(f"progress: {report.done}/{report.total} done, {report.reused} reused, {report.failed} "
-                           f"failed, {elapsed:.1f} s elapsed{left}", highlight=False, soft_wrap=True)
-        self.last_line = time.monotonic()
-        self.printed = report
+        return (f"progress: {report.done}/{report.total} done, {report.reused} reused, {report.failed} failed, "
+                f"{elapsed:.1f} s elapsed{left}")
 
     def __call__(self, report: Any) -> None:
         if isinstance(report, str):
             if self.bar is not None:
                 self.bar.update(self.task, description=report)
             return
-        self.last = report
         if self.bar is not None:
             self.bar.update(self.task, completed=report.done, total=report.total, reused=report.reused,
                             failed=report.failed, description="sweep")
-        elif self.lines and time.monotonic() - self.last_line >= 1.0:
-            self._line(report)
+        else:
+            self.lines.offer(lambda: self._line(report))
 
 
 class _SweepPlace:
