@@ -25,7 +25,7 @@ from pipeplan.config import Config, Units
 from pipeplan.frontier import FrontierRow
 from pipeplan.report.figures import gantt, memory_per_device, slug, utilization_bars
 from pipeplan.report.files import Results, read_results
-from pipeplan.report.tables import format_gap, format_memory
+from pipeplan.report.tables import format_gap, format_memory, frontier_grid
 from pipeplan.schedules import group_reasons
 from pipeplan.simulate import Timeline
 
@@ -132,27 +132,16 @@ def frontier_table(rows: Sequence[FrontierRow], objective: str, units: Units) ->
     """A frontier sweep as an HTML table under its chart (``frontier.html``): one row per budget, each named
     schedule's objective (in parentheses over the budget, "-" where it does not apply), the optimizer's with its
     bound, gap and status, and the budget's notes (why no schedule fits there), as the terminal prints it."""
-    budgets = sorted({row.budget for row in rows})
-    named = list(dict.fromkeys(row.schedule for row in rows if row.schedule != "optimal"))
-    cell = {(row.budget, row.schedule): row for row in rows}  # keyed by (budget, schedule)
+    named, grid = frontier_grid(rows, lambda value: _num(value, 6))
     head = [f"budget ({units.memory})", *named, "optimal", "lower bound", "gap", "status", "note"]
     lines = ['<div class="scroll"><table class="frontier"><caption>'
              f"{html.escape(objective.replace('_', ' '))} ({html.escape(units.time)}) at each budget; (value) = over "
              "the budget</caption><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
-    for budget in budgets:
-        cells = [format_memory(budget)]
-        for name in named:
-            row = cell.get((budget, name))
-            value = "-" if row is None or row.objective is None else _num(row.objective, 6)
-            cells.append(value if row is None or row.feasible or value == "-" else f"({value})")
-        opt = cell.get((budget, "optimal"))
-        if opt is None or opt.objective is None or opt.lower_bound is None or opt.gap is None:
-            cells += ["-", "-", "-", (opt.status or "-") if opt is not None else "-"]
-        else:
-            cells += [_num(opt.objective, 6), _num(opt.lower_bound, 6), format_gap(opt.gap), opt.status or ""]
-        cells.append("; ".join(row.note for row in rows if row.budget == budget and row.note))
-        lines.append("<tr>" + "".join(f'<td class="num">{html.escape(c)}</td>' for c in cells[:-1])
-                     + f"<td>{html.escape(cells[-1])}</td></tr>")  # the note reads left to right
+    for budget, cells in grid:
+        note = "; ".join(row.note for row in rows if row.budget == budget and row.note)
+        lines.append("<tr>" + "".join(f'<td class="num">{html.escape(f"({text})" if over else text)}</td>'
+                                      for text, over in cells)
+                     + f"<td>{html.escape(note)}</td></tr>")  # the note reads left to right
     lines.append("</table></div>")
     style = ("<style>table.frontier { border-collapse: collapse; margin: 1em; font-family: sans-serif; } "
              "table.frontier td, table.frontier th { border: 1px solid #ccc; padding: 0.2em 0.6em; } "

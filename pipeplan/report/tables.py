@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +136,29 @@ def over_budget_notes(summary: dict[str, Any], units: Units) -> list[str]:
     return notes
 
 
+def frontier_grid(rows: Sequence[FrontierRow], fmt: Callable[[float], str]
+                  ) -> tuple[list[str], list[tuple[float, list[tuple[str, bool]]]]]:
+    """A frontier sweep as the terminal's table and ``frontier.html`` lay it out: the named schedules' names, and
+    per budget (increasing) its cells, each (text, over the budget): the budget, each named schedule's objective
+    ("-" where it does not apply), then the optimizer's objective, bound, gap and status. Times through ``fmt``."""
+    named = list(dict.fromkeys(row.schedule for row in rows if row.schedule != "optimal"))
+    cell = {(row.budget, row.schedule): row for row in rows}  # keyed by (budget, schedule)
+    grid = []
+    for budget in sorted({row.budget for row in rows}):
+        cells = [(format_memory(budget), False)]
+        for name in named:
+            row = cell.get((budget, name))
+            cells.append(("-", False) if row is None or row.objective is None
+                         else (fmt(row.objective), not row.feasible))
+        opt = cell.get((budget, "optimal"))
+        if opt is None or opt.objective is None or opt.lower_bound is None or opt.gap is None:
+            solved = ["-", "-", "-", (opt.status or "-") if opt is not None else "-"]
+        else:
+            solved = [fmt(opt.objective), fmt(opt.lower_bound), format_gap(opt.gap), opt.status or ""]
+        grid.append((budget, cells + [(text, False) for text in solved]))
+    return named, grid
+
+
 def frontier_tables(name: str, rows: Sequence[FrontierRow], objective: str, units: Units,
                     width: int | None = None) -> list[Table]:
     """A frontier sweep as one row per budget: each schedule's objective, then the optimizer's with its proof.
@@ -144,28 +167,11 @@ def frontier_tables(name: str, rows: Sequence[FrontierRow], objective: str, unit
     table when it fits in ``width`` columns (or ``width`` is None); otherwise :func:`fitted_tables`' parts, the
     optimizer's columns first.
     """
-    budgets = sorted({row.budget for row in rows})
-    named = list(dict.fromkeys(row.schedule for row in rows if row.schedule != "optimal"))
-    cell: dict[tuple[float, str], FrontierRow] = {(row.budget, row.schedule): row for row in rows}  # keyed by
-    # (budget, schedule name)
-
-    def named_cell(budget: float, schedule: str) -> str | Text:
-        row = cell.get((budget, schedule))
-        if row is None or row.objective is None:
-            return "-"
-        return _fmt_time(row.objective) if row.feasible else Text(f"({_fmt_time(row.objective)})", style="dim")
-
-    def solved_cells(budget: float) -> list[str]:
-        opt = cell.get((budget, "optimal"))
-        if opt is None or opt.objective is None:
-            return ["-", "-", "-", opt.status if opt is not None and opt.status else "-"]
-        assert opt.lower_bound is not None and opt.gap is not None
-        return [_fmt_time(opt.objective), _fmt_time(opt.lower_bound), format_gap(opt.gap), opt.status or ""]
-
+    named, grid = frontier_grid(rows, _fmt_time)
     columns = [Column(f"budget ({units.memory})"), *(Column(schedule) for schedule in named),
                Column("optimal", style="bold"), Column("lower bound"), Column("gap"), Column("status", "left")]
-    body = [[format_memory(budget), *(named_cell(budget, s) for s in named), *solved_cells(budget)]
-            for budget in budgets]
+    body: list[list[str | Text]] = [[Text(f"({text})", style="dim") if over else text for text, over in cells]
+                                    for _, cells in grid]
     solved = list(range(len(columns) - 4, len(columns)))
     return fitted_tables(f"{name}: {objective.replace('_', ' ')} ({units.time}) against budget ({units.memory})",
                          columns, body, width, keep=1, order=[*solved, *range(1, len(named) + 1)],
