@@ -105,6 +105,38 @@ TERMINATED = 143
 OUTPUT_CLOSED = 141
 
 
+class _OnceEach(logging.Filter):
+    """Lets each warning's text through once a process: a frontier or sweep solves one problem per budget, and
+    the solver's warning about costs that are not whole ticks came once per budget, word for word. Records below
+    WARNING (--debug's) all pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        text = record.getMessage()
+        if text in self.seen:
+            return False
+        self.seen.add(text)
+        return True
+
+
+def _log_to_stderr() -> None:
+    """Warnings on stderr as ``WARNING text``, each text once (:class:`_OnceEach`); nothing when the
+    application (or a test harness) has set up logging already, as :func:`logging.basicConfig` would."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.addFilter(_OnceEach())
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+
+
 class _Run:
     """State of one command-line run that the error handling in :func:`main` needs."""
 
@@ -1111,7 +1143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     run = _Run()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    _log_to_stderr()
     try:
         code = cli.main(args=args, prog_name="pipeplan", standalone_mode=False, obj=run)
     except click.exceptions.Exit as exc:

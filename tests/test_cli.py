@@ -562,6 +562,32 @@ def test_the_library_never_prints_its_warnings_unless_the_application_asks() -> 
     assert "not whole ticks" in loud.stderr
 
 
+def test_the_command_line_prints_each_warning_once_however_many_budgets_log_it(tmp_path: Path) -> None:
+    """A frontier over costs that are not whole ticks: the solver warns about them at every budget, and the command
+    printed the same line once per budget; now once. A fresh process, as the command is (under pytest the harness
+    owns logging, and the command then leaves it alone); the solver's default workers, so that the budgets are
+    solved in this process, one after another."""
+    config = tmp_path / "thirds.yaml"
+    config.write_text("pipeline: {num_stages: 4, num_microbatches: 8, num_chunks: 2, placement: v}\n"
+                      "costs: {forward: 0.3333333333333, backward: 1.0, backward_weight: 0.5, comm: 0.03}\n"
+                      "memory: {weight_activation: 0.35, budget: 5}\nsolver: {time_limit_s: 0.5}\n")
+    done = subprocess.run([sys.executable, "-c", "import sys; from pipeplan.entry import main; sys.exit(main())",
+                           "frontier", str(config), "--budgets", "2:3:1", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("WARNING costs or memory are not whole ticks") == 1, done.stderr
+
+
+def test_each_warning_text_passes_once_and_debug_records_always() -> None:
+    once = pipeplan.cli._OnceEach()
+
+    def record(level: int, text: str) -> logging.LogRecord:
+        return logging.LogRecord("pipeplan.solver", level, __file__, 1, text, None, None)
+
+    assert [once.filter(record(logging.WARNING, text)) for text in ("a", "a", "b", "a")] == [True, False, True, False]
+    assert once.filter(record(logging.DEBUG, "x")) and once.filter(record(logging.DEBUG, "x"))
+
+
 def test_a_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback() -> None:
     """SIGINT raised while pipeplan.cli is being imported (the first second of every command): one line, 130.
     Without the entry point holding it back, the KeyboardInterrupt escaped from the import as a traceback (or
