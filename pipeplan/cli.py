@@ -843,9 +843,13 @@ def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, wri
 
 
 def parse_budgets(text: str) -> list[float]:
-    """Budgets from "A:B:STEP": A, A+STEP, ... up to B inclusive (0 < A <= B, STEP > 0, at most 500 values)."""
+    """Budgets from "A:B:STEP": A, A+STEP, ... up to B inclusive (0 < A <= B, STEP > 0, at most 500 values); or
+    from a list "A,B,C" (each > 0), in increasing order, each once."""
+    hint = ("give --budgets as A:B:STEP, e.g. 4:16:2 (from A to B inclusive, in the config's memory unit), or as a "
+            "list, e.g. 3,4.5,8")
+    if "," in text and ":" not in text:
+        return _listed_budgets(text, hint)
     parts = text.split(":")
-    hint = "give --budgets as A:B:STEP, e.g. 4:16:2 (from A to B inclusive, in the config's memory unit)"
     if len(parts) != 3:
         raise ConfigError(f"--budgets {text!r} is not A:B:STEP; {hint}")
     try:
@@ -866,6 +870,23 @@ def parse_budgets(text: str) -> list[float]:
     return budgets
 
 
+def _listed_budgets(text: str, hint: str) -> list[float]:
+    """The budgets of a list "A,B,C" (see :func:`parse_budgets`)."""
+    budgets: set[float] = set()
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            what = "an empty entry" if not part.strip() else f"{part.strip()!r}, not a number"
+            raise ConfigError(f"--budgets {text!r} has {what}; {hint}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"--budgets {text!r} has {part.strip()}; every budget must be a number > 0")
+        budgets.add(value)
+    if len(budgets) > MAX_BUDGETS:
+        raise ConfigError(f"--budgets {text!r} gives {len(budgets)} budgets; at most {MAX_BUDGETS}")
+    return sorted(budgets)
+
+
 # The most budgets one sweep may run (each is a full solve): catches a STEP typo such as 0.001.
 MAX_BUDGETS = 500
 
@@ -873,7 +894,8 @@ MAX_BUDGETS = 500
 @cli.command("frontier", short_help="Sweep the memory budget: step time against memory (CSV, plot).")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--budgets", required=True, metavar="A:B:STEP",
-              help="Budgets per device to sweep, from A to B inclusive (the config's memory unit).")
+              help="Budgets per device to sweep, from A to B inclusive (the config's memory unit), or a list "
+                   "A,B,C.")
 @_solver_options
 @click.option("--out", type=OUT_FOLDER, default=None, metavar="DIR",
               help="Write frontier.csv and frontier.html (+ frontier.png) to DIR (atomically).")
@@ -901,6 +923,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     Examples:
       pipeplan frontier models/split-8x32.yaml --budgets 8:16:2 --time-limit 10 --out results/frontier
       pipeplan frontier models/split-8x32.yaml --budgets 8:16:1 --workers 1 --jobs 2 --store frontier.sqlite
+      pipeplan frontier models/split-8x32.yaml --budgets 5,8,12 --time-limit 10
     """
     cfg = load_config(config, ignore_budget=True)  # the sweep sets the budget, so the file's may be anything
     sweep = parse_budgets(budgets)

@@ -315,12 +315,18 @@ def test_progress_lines() -> None:
         ("4:8:-1", "needs 0 < A <= B and STEP > 0"),
         ("1:inf:1", "needs 0 < A <= B and STEP > 0"),
         ("1:1000:0.01", "gives 99901 budgets; at most 500"),
+        ("4,x,8", "has 'x', not a number"),
+        ("4,,8", "has an empty entry"),
+        ("4,0,8", "has 0; every budget must be a number > 0"),
+        ("4,-2", "has -2; every budget must be a number > 0"),
+        ("4,nan", "has nan; every budget must be a number > 0"),
     ],
 )
 def test_bad_budgets_exit_2_before_any_solve(capsys: pytest.CaptureFixture[str], budgets: str, message: str) -> None:
     code, out, err = run(capsys, "frontier", SEED, "--budgets", budgets)
     assert code == USER_ERROR
-    assert message in err and "A:B:STEP, e.g. 4:16:2" in err or "at most" in err
+    hinted = "A:B:STEP, e.g. 4:16:2" in err or "at most" in err or "must be a number > 0" in err
+    assert message in err and hinted
     assert out == "" and "Traceback" not in err
 
 
@@ -337,6 +343,13 @@ def test_budget_ranges_include_both_ends() -> None:
                                                                1000000000004.0]  # 13 digits kept
     with pytest.raises(ConfigError, match="gives about 1.00e[+]600 budgets; at most 500"):
         parse_budgets("1:1e300:1e-300")
+
+
+def test_budgets_may_be_listed_in_any_order_each_run_once() -> None:
+    assert parse_budgets("8,3,4.5,8") == [3.0, 4.5, 8.0]
+    assert parse_budgets(" 6 , 2") == [2.0, 6.0]
+    with pytest.raises(ConfigError, match="has an empty entry"):
+        parse_budgets("5,")
 
 
 def test_solve_out_writes_the_contract_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
