@@ -23,8 +23,9 @@ RESULT_FILE_BYTES = 400_000_000
 
 
 def read_text(file: Path, what: str, limit: int, missing: str = "check the path",
-              larger: str = "check that this is the right file") -> str:
-    """The UTF-8 text of ``file`` (a byte-order mark dropped), which must hold at most ``limit`` bytes.
+              larger: str = "check that this is the right file", keep_mark: bool = False) -> str:
+    """The UTF-8 text of ``file`` (a byte-order mark dropped unless ``keep_mark``), which must hold at most
+    ``limit`` bytes.
 
     ``what`` names the file in messages (e.g. "study file"); ``missing`` is the advice when it does not exist,
     ``larger`` when it is over the limit. Raises :class:`ConfigError`.
@@ -39,11 +40,18 @@ def read_text(file: Path, what: str, limit: int, missing: str = "check the path"
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {str(file)!r} ({exc.strerror or exc}); check the path and its "
                           "permissions") from None
+    return decoded(raw, f"{what} {str(file)!r}", limit, larger, keep_mark)
+
+
+def decoded(raw: bytes, named: str, limit: int, larger: str = "check that this is the right file",
+            keep_mark: bool = False) -> str:
+    """``raw`` (at most ``limit`` + 1 bytes read from a file or stream) as text, as :func:`read_text` reads it;
+    ``named`` names the file in messages ("torch CSV 'a.csv'")."""
     if len(raw) > limit:
-        raise ConfigError(f"{what} {str(file)!r} is larger than {limit} bytes, the limit; {larger}")
+        raise ConfigError(f"{named} is larger than {limit} bytes, the limit; {larger}")
     try:
-        return raw.decode("utf-8-sig")
+        return raw.decode("utf-8" if keep_mark else "utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
-        raise ConfigError(f"{what} {str(file)!r} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
-                          f"{exc.start} (line {line}) is not valid UTF-8; save the file as UTF-8") from None
+        raise ConfigError(f"{named} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start} (line "
+                          f"{line}) is not valid UTF-8; save the file as UTF-8") from None

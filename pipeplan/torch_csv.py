@@ -22,11 +22,12 @@ from __future__ import annotations
 import csv
 import io
 import re
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pipeplan.problem import OP_LABEL, ConfigError, Op, OpKind, Problem, expect, shown
-from pipeplan.reading import TORCH_CSV_BYTES, read_text
+from pipeplan.reading import TORCH_CSV_BYTES, decoded, read_text
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.simulate import simulate
 
@@ -34,6 +35,8 @@ from pipeplan.simulate import simulate
 _ACTION = re.compile(r"(\d+)([FIBW])(\d+)")
 # An overlapped pair as torch dumps it: "(0F3;3B1)OVERLAP_F_B".
 _OVERLAP = re.compile(r"\((.*)\)OVERLAP_F_B")
+# A deadlocked device in the simulator's message: "device 0 at B0@s0 (waits for B0@s1, ...)".
+_STUCK = re.compile(r"device (\d+) at (\S+) \(waits for ([^)]*)\)")
 # Torch's non-compute action types: a compute-only file must not hold them.
 _COMMUNICATION = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD")
 
@@ -119,19 +122,21 @@ class _Reader:
 
     def read(self, text: str) -> list[list[Op]]:
         problem = self.problem
+        if text.startswith("\ufeff"):
+            raise ConfigError(f"{self.source} starts with a byte-order mark (Excel's 'CSV UTF-8' saves one), which "
+                              "torch's reader takes as part of the first action and refuses; save the file as plain "
+                              "CSV")
         rows = list(csv.reader(io.StringIO(text)))
-        while rows and not any(cell.strip() for cell in rows[-1]):
-            rows.pop()  # trailing blank lines
-        actions = [a for row, cells in enumerate(rows, start=1)
-                   for column, cell in enumerate(cells, start=1) for a in self.parse_cell(row, column, cell)]
-        first_rank: dict[int, _Action] = {}  # keyed by model stage: its first action
-        for a in actions:
-            first = first_rank.setdefault(a.stage, a)
-            if first.row != a.row:
-                raise self.fail(a.row, a.column, a.cell, f"puts stage {a.stage} on rank {a.row - 1}, but row "
-                                f"{first.row} (rank {first.row - 1}) already runs it ({first.cell!r}); a stage "
-                                "lives on one rank")
+        parsed = [[a for column, cell in enumerate(cells, start=1) for a in self.parse_cell(row, column, cell)]
+                  for row, cells in enumerate(rows, start=1)]
+        for row, row_actions in enumerate(parsed, start=1):
+            if rows and not row_actions:  # torch reads every line as a rank, and every rank runs ops
+                where = " (a blank line at the end of the file?)" if row > problem.num_devices else ""
+                raise ConfigError(f"{self.source}: row {row} (rank {row - 1}) holds no action{where}; torch reads "
+                                  "every line as a rank and every rank runs its stages' ops: delete the line")
+        actions = [a for row_actions in parsed for a in row_actions]
         if len(rows) != problem.num_devices:
+            self.check_one_rank_a_stage(actions)
             count = "no rows" if not rows else f"{len(rows)} row{'' if len(rows) == 1 else 's'}"
             raise ConfigError(f"{self.source} has {count} (one per rank), but the config has "
                               f"pipeline.num_stages: {problem.num_devices}; give a file for that many ranks or "
@@ -140,11 +145,7 @@ class _Reader:
         orders: list[list[Op]] = [[] for _ in rows]
         for a in actions:
             self.check_ranges(a)
-            device = problem.device_of(a.stage)
-            if device != a.row - 1:
-                raise self.fail(a.row, a.column, a.cell, f"puts stage {a.stage} on rank {a.row - 1}, but the "
-                                f"config places it on rank {device} (pipeline.num_chunks: {problem.num_chunks}, "
-                                f"placement: {problem.placement}); change the config's layout to match the file")
+            self.check_placement(a, actions)
             kinds = {"F": [OpKind.F], "I": [OpKind.B], "W": [OpKind.W],
                      "B": [OpKind.B, OpKind.W] if problem.split_backward else [OpKind.B]}[a.kind]
             for kind in kinds:
@@ -157,6 +158,35 @@ class _Reader:
                 orders[a.row - 1].append(op)
         return orders
 
+    def check_one_rank_a_stage(self, actions: list[_Action]) -> None:
+        """Each stage's actions all on one row (for a file whose rank count is not the config's, which has no
+        placement to check them against)."""
+        first_rank: dict[int, _Action] = {}  # keyed by model stage: its first action
+        for a in actions:
+            first = first_rank.setdefault(a.stage, a)
+            if first.row != a.row:
+                raise self.fail(a.row, a.column, a.cell, f"puts stage {a.stage} on rank {a.row - 1}, but row "
+                                f"{first.row} (rank {first.row - 1}) already runs it ({first.cell!r}); a stage "
+                                "lives on one rank")
+
+    def check_placement(self, a: _Action, actions: list[_Action]) -> None:
+        """``a`` on the rank the config places its stage on. When the file runs the stage on another row too, the
+        action on the config's rank is right and ``a`` is the one to move; otherwise the file's layout is not the
+        config's."""
+        problem = self.problem
+        device = problem.device_of(a.stage)
+        if device == a.row - 1:
+            return
+        there = next((b for b in actions if b.stage == a.stage and b.row == device + 1), None)
+        if there is not None:
+            raise self.fail(a.row, a.column, a.cell, f"puts stage {a.stage} on rank {a.row - 1}, but the config "
+                            f"places it on rank {device}, where the file runs it too (row {there.row}, column "
+                            f"{there.column}: {there.cell!r}); a stage lives on one rank: move this action to row "
+                            f"{device + 1}")
+        raise self.fail(a.row, a.column, a.cell, f"puts stage {a.stage} on rank {a.row - 1}, but the config "
+                        f"places it on rank {device} (pipeline.num_chunks: {problem.num_chunks}, placement: "
+                        f"{problem.placement}); change the config's layout to match the file")
+
 
 def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source: str = "the CSV") -> Schedule:
     """Read a compute-only torch CSV (its text) as a schedule of ``problem``.
@@ -167,7 +197,7 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
     """
     expect("text", text, str, "the CSV's text (Path(file).read_text())")
     reader = _Reader(problem, source)
-    orders = reader.read(text.removeprefix("\ufeff"))  # as a file saved with a byte-order mark
+    orders = reader.read(text)
     schedule = Schedule.from_lists("", orders)  # unnamed while checked: its errors then hold no file name
     try:
         simulate(problem, schedule)
@@ -178,7 +208,13 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
             op = problem.op(OpKind(match[1]), int(match[3]), int(match[2]))
             return reader.seen[op].cell.strip() if op in reader.seen else action_text(problem, op)
 
-        reason = OP_LABEL.sub(cell, str(exc)).replace("schedule ''", f"schedule {name!r}", 1)
+        def stuck(match: re.Match[str]) -> str:  # a deadlocked device's next op, at its place in the file
+            label = OP_LABEL.fullmatch(match[2])
+            assert label is not None
+            a = reader.seen[problem.op(OpKind(label[1]), int(label[3]), int(label[2]))]
+            return f"rank {a.row - 1} (row {a.row}), column {a.column}: {match[2]} waits for {match[3]}"
+
+        reason = OP_LABEL.sub(cell, _STUCK.sub(stuck, str(exc))).replace("schedule ''", f"schedule {name!r}", 1)
         found = sorted({op.microbatch for order in orders for op in order})
         fewer = ""
         if found and found[-1] + 1 < problem.num_microbatches:
@@ -191,9 +227,13 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
 def read_torch_csv(problem: Problem, path: str | Path, name: str | None = None) -> Schedule:
     """Read the compute-only torch CSV at ``path`` as a schedule of ``problem`` (see :func:`from_torch_csv`).
 
-    The schedule is named ``name``, by default the file's stem.
+    The schedule is named ``name``, by default the file's stem; ``path`` "-" reads the standard input.
     """
     file = Path(path)
-    text = read_text(file, "torch CSV", TORCH_CSV_BYTES)
+    if str(file) == "-":
+        text = decoded(sys.stdin.buffer.read(TORCH_CSV_BYTES + 1), "torch CSV on the standard input",
+                       TORCH_CSV_BYTES, keep_mark=True)
+        return from_torch_csv(problem, text, name=name or "stdin", source="the standard input")
+    text = read_text(file, "torch CSV", TORCH_CSV_BYTES, keep_mark=True)  # torch's reader keeps it, and fails
     return from_torch_csv(problem, text, name=name or file.name.removesuffix(".csv").removesuffix(".torch"),
                           source=str(file))

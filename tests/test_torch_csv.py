@@ -5,8 +5,10 @@ its message.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -117,12 +119,27 @@ BAD_FILES = [
      "row 1, column 4"),
     # Ops named as the file writes them (1W1, 0I0), not as pipeplan does (W1@s1, B0@s0).
     ("missing", GOOD.replace(",1W1", ""), "is missing 1 op: 1W1"),
-    ("deadlock", "0F0,0F1,0I0,0W0,0I1,0W1\n1I0,1F0,1W0,1F1,1I1,1W1\n", "deadlocks: device 0 at 0I0 (waits for 1I0)"),
+    ("deadlock", "0F0,0F1,0I0,0W0,0I1,0W1\n1I0,1F0,1W0,1F1,1I1,1W1\n", "deadlocks: rank 0 (row 1), column 3: 0I0 "
+     "waits for 1I0; rank 1 (row 2), column 1: 1I0 waits for 1F0"),
     ("fewer-microbatches", "0F0,0I0,0W0\n1F0,1I0,1W0\n", "(the file runs only microbatch 0; the config has "
      "pipeline.num_microbatches: 2): schedule 'torch-csv' is missing 6 ops: 0F1, 0I1"),
 ]
+# The cell on the wrong rank is named (1I1 on rank 0), not the first cell of the rank the config gives the stage.
 BAD_FILES[4] = ("stage-on-two-ranks", "0F0,0F1,0I0,0W0,1I1,0W1\n1F0,1I0,1W0,1F1,0I1,1W1\n",
-                "row 2 (rank 1), column 1: '1F0' puts stage 1 on rank 1, but row 1 (rank 0) already runs it ('1I1')")
+                "row 1 (rank 0), column 5: '1I1' puts stage 1 on rank 0, but the config places it on rank 1, where "
+                "the file runs it too (row 2, column 1: '1F0'); a stage lives on one rank: move this action to row 2")
+BAD_FILES += [
+    # torch reads every line as a rank: a blank line, or a row of empty cells, is a rank with nothing to run.
+    ("trailing-blank-line", GOOD + "\n", "row 3 (rank 2) holds no action (a blank line at the end of the file?); "
+     "torch reads every line as a rank"),
+    ("trailing-empty-cells", GOOD + ",,,\n", "row 3 (rank 2) holds no action (a blank line at the end"),
+    ("blank-line-between", GOOD.replace("\n", "\n\n", 1), "row 2 (rank 1) holds no action; torch reads every line"),
+    ("byte-order-mark", "\ufeff" + GOOD, "starts with a byte-order mark (Excel's 'CSV UTF-8' saves one), which "
+     "torch's reader takes as part of the first action and refuses"),
+    # With more rows than ranks there is no placement to check against: the file's own two rows are named.
+    ("stage-on-two-ranks-of-three", "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1W0\n1F1,1I1,1W1\n",
+     "row 3 (rank 2), column 1: '1F1' puts stage 1 on rank 2, but row 2 (rank 1) already runs it ('1F0')"),
+]
 
 
 def test_order_errors_name_the_files_own_cells_and_leave_its_name_alone() -> None:
@@ -133,7 +150,8 @@ def test_order_errors_name_the_files_own_cells_and_leave_its_name_alone() -> Non
     with pytest.raises(ConfigError) as info:
         from_torch_csv(problem, deadlock, name="F1@s1", source="F1@s1.csv")
     assert str(info.value).startswith("F1@s1.csv does not give a runnable schedule of the config: schedule 'F1@s1' "
-                                      "deadlocks: device 0 at 0B0 (waits for 1B0)"), info.value
+                                      "deadlocks: rank 0 (row 1), column 3: 0B0 waits for "
+                                      "1B0; rank 1 (row 2), column 1: 1B0 waits for 1F0"), info.value
     big = Problem.build(2, 6, backward_weight=1.0)
     with pytest.raises(ConfigError, match=r"is missing 18 ops: 0F3, 0I3, 0W3, 0F4, 0I4, 0W4, 0F5, 0I5, 0W5, 1F3, "
                                           r"\.\.\."):
@@ -155,13 +173,16 @@ def test_bad_file_names_the_first_offending_cell(label: str, text: str, message:
         (Problem.build(2, 2, num_chunks=2, placement="v"), "0F0,2F0\n1F0,3F0\n",
          "row 1 (rank 0), column 2: '2F0' puts stage 2 on rank 0, but the config places it on rank 1 "
          "(pipeline.num_chunks: 2, placement: v)"),
-        (Problem.build(2, 2), "0F0,0F1,0B0,0B1\n\n1F0,1F1,1B0,1B1\n", "has 3 rows (one per rank), but the config has "
-         "pipeline.num_stages: 2"),
         (Problem.build(2, 2, num_chunks=2), "0F0,3F0\n1F0,2F0\n",
          "row 1 (rank 0), column 2: '3F0' puts stage 3 on rank 0, but the config places it on rank 1 "
          "(pipeline.num_chunks: 2, placement: loop)"),
+        (Problem.build(2, 2), "0F0,0F1,0B0,0B1\n\n1F0,1F1,1B0,1B1\n", "row 2 (rank 1) holds no action; torch reads "
+         "every line as a rank and every rank runs its stages' ops: delete the line"),
+        (Problem.build(2, 2), "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n2F0\n", "has 3 rows (one per rank), but the config "
+         "has pipeline.num_stages: 2"),
     ],
-    ids=["split-action-unsplit-config", "placement-v-given-loop", "placement-mismatch", "blank-row-is-a-rank"],
+    ids=["split-action-unsplit-config", "placement-v-given-loop", "placement-mismatch", "blank-row-is-a-rank",
+         "a-row-too-many"],
 )
 def test_file_that_does_not_fit_the_config(problem: Problem, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -264,6 +285,22 @@ def test_export_writes_the_chosen_schedule_and_simulate_replays_it(result_folder
                     if r["schedule"] == chosen)
     assert replayed["makespan"] == pytest.approx(recorded["makespan"])
     assert replayed["peak_memory"] == pytest.approx(recorded["peak_memory"])
+
+
+def test_simulate_reads_a_torch_csv_from_stdin(result_folder: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--from-torch-csv -`, as `export --out -` writes: the file from a pipe (it was looked for as a file '-')."""
+    code, text, _ = run(capsys, "export", str(result_folder), "--schedule", "1f1b", "--out", "-")
+    assert code == 0
+
+    class Stdin:
+        buffer = io.BytesIO(text.encode())
+
+    monkeypatch.setattr(sys, "stdin", Stdin())
+    code, out, err = run(capsys, "simulate", TINY, "--from-torch-csv", "-", "--format", "json")
+    assert code == 0, err
+    named = json.loads(run(capsys, "simulate", TINY, "--schedule", "1f1b", "--format", "json")[1])
+    assert json.loads(out)["makespan"] == named["makespan"] and json.loads(out)["schedule"] == "stdin"
 
 
 @pytest.mark.parametrize("name", ["1f1b", "zb-h1", "gpipe"])

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pipeplan import Problem, generate
+from pipeplan import ConfigError, Problem, generate
 
 visualizer = pytest.importorskip("torch.distributed.pipelining._schedule_visualizer")
 
@@ -64,3 +64,20 @@ def test_order_equals_torch(name: str, p: int) -> None:
             assert got == want, f"{name} P={p} N={n} v={v}"
             compared += 1
     assert compared >= 2
+
+
+def test_torch_refuses_what_the_import_refuses() -> None:
+    """The torch CSV import refuses a byte-order mark and blank lines, which pipeplan could replay, because torch
+    does not load them: the mark stays part of the first action, and every line of the file is a rank."""
+    from torch.distributed.pipelining.schedules import _Action
+
+    from pipeplan.torch_csv import from_torch_csv
+
+    with pytest.raises(RuntimeError, match="Invalid action string"):
+        _Action.from_str("\ufeff0F0")
+    assert _Action.from_str("") is None  # an empty cell is idle: a row of them is a rank with nothing to run
+    problem = Problem.build(2, 1)
+    for text in ("\ufeff0F0,0B0\n1F0,1B0\n", "0F0,0B0\n1F0,1B0\n\n", "0F0,0B0\n1F0,1B0\n,,\n"):
+        with pytest.raises(ConfigError):
+            from_torch_csv(problem, text)
+    assert from_torch_csv(problem, "0F0,0B0\n1F0,1B0\n").orders == generate("1f1b", problem).orders
