@@ -646,14 +646,40 @@ def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, 
     results = read_results(folder)
     name = schedule_name if schedule_name is not None else str(results.summary.get("chosen", ""))
     if name not in results.timelines:
-        raise ConfigError(f"{str(folder)!r} has no schedule {name!r}{did_you_mean(name, results.timelines)}; it has "
-                          f"{', '.join(results.timelines)} "
-                          "(pick one with --schedule)")
+        raise ConfigError(f"{str(folder)!r} has no schedule {name!r}{_why_not_solved(results.summary, name)}"
+                          f"{did_you_mean(name, results.timelines)}; it has {', '.join(results.timelines)} (pick one "
+                          "with --schedule)")
     target = out if out is not None else folder / f"{name}.torch.csv"
     problem = results.config.problem
-    _write_output(target, to_torch_csv(problem, results.timelines[name].schedule), force=force,
-                  what=f": schedule {name}, {problem.num_devices} ranks, {problem.num_model_stages} stages, "
-                  f"{problem.num_microbatches} microbatches, {problem.placement} placement")
+    timeline = results.timelines[name]
+    _write_output(target, to_torch_csv(problem, timeline.schedule), force=force,
+                  what=f": schedule {name}, {_counted(problem.num_devices, 'rank')}, "
+                  f"{_counted(problem.num_model_stages, 'stage')}, "
+                  f"{_counted(problem.num_microbatches, 'microbatch', 'microbatches')}, {problem.placement} placement")
+    metrics = compute_metrics(timeline)
+    if not metrics.feasible:
+        from pipeplan.report.tables import format_memory
+
+        click.echo(f"note: {name} peaks at {format_memory(metrics.peak_memory)} {results.config.units.memory}, over "
+                   "the budget (see the solve's table); torch holds that much when it runs the file", err=True)
+
+
+def _why_not_solved(summary: dict[str, Any], name: str) -> str:
+    """Why a result folder holds no schedule ``name`` when its solve said so: skipped (with the reason) or one
+    for another layout, which the solve only named."""
+    if name in summary["skipped"]:
+        return f": the solve skipped it ({summary['skipped'][name]})"
+    for row in summary["other_layouts"]:
+        if row.get("schedule") == name:
+            return (f": it runs on another layout (num_chunks: {row.get('num_chunks')}, placement: "
+                    f"{row.get('placement')}), which the solve only compared; set them under pipeline: and solve "
+                    "again to export it")
+    return ""
+
+
+def _counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun``, plural unless it is 1: "1 rank", "4 ranks"."""
+    return f"{count} {noun if count == 1 else (plural or noun + 's')}"
 
 
 def _is_stdout(target: Path) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import pipeplan.cli
 from pipeplan import (
     ConfigError,
     Problem,
@@ -287,6 +288,35 @@ def test_export_writes_the_chosen_schedule_and_simulate_replays_it(result_folder
     assert replayed["peak_memory"] == pytest.approx(recorded["peak_memory"])
 
 
+def test_export_names_why_a_schedule_is_missing_and_warns_over_the_budget(
+        result_folder: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A schedule the solve skipped is named with the solve's reason (the message listed the folder's schedules
+    only); one over the budget is written, with a note on stderr (it was written silently)."""
+    code, out, err = run(capsys, "export", str(result_folder), "--schedule", "zb-v")
+    assert code == USER_ERROR and out == ""
+    assert "has no schedule 'zb-v': the solve skipped it (zb-v needs num_chunks 2 in V placement" in err, err
+    summary = json.loads((result_folder / "summary.json").read_text())
+    over = next(row for row in summary["schedules"] if not row["feasible"])
+    code, out, err = run(capsys, "export", str(result_folder), "--schedule", over["schedule"], "--out",
+                         str(tmp_path / "over.csv"))
+    assert code == 0 and (tmp_path / "over.csv").exists()
+    assert out.startswith(f"wrote {tmp_path / 'over.csv'}: schedule {over['schedule']}, 4 ranks, 4 stages, 12 "
+                          "microbatches")
+    assert err.startswith(f"note: {over['schedule']} peaks at ") and "over the budget" in err
+    code, _, err = run(capsys, "export", str(result_folder), "--out", str(tmp_path / "chosen.csv"))
+    assert code == 0 and err == ""  # the chosen schedule fits
+
+
+def test_why_not_solved_names_another_layout() -> None:
+    summary = {"skipped": {}, "other_layouts": [{"schedule": "zb-v", "num_chunks": 2, "placement": "v"}]}
+    assert pipeplan.cli._why_not_solved(summary, "zb-v") == (
+        ": it runs on another layout (num_chunks: 2, placement: v), which the solve only compared; set them under "
+        "pipeline: and solve again to export it")
+    assert pipeplan.cli._why_not_solved(summary, "nope") == ""
+    assert pipeplan.cli._counted(1, "rank") == "1 rank" and pipeplan.cli._counted(2, "microbatch", "microbatches") \
+        == "2 microbatches"
+
+
 def test_simulate_reads_a_torch_csv_from_stdin(result_folder: Path, capsys: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """`--from-torch-csv -`, as `export --out -` writes: the file from a pipe (it was looked for as a file '-')."""
@@ -347,7 +377,7 @@ def test_bad_export_and_import_exit_2_with_one_line(result_folder: Path, capsys:
     target.write_text("keep me", encoding="utf-8")
     link.symlink_to(target)
     cases = [
-        (["export", str(result_folder), "--schedule", "zb-v"], "has no schedule 'zb-v'; it has "),
+        (["export", str(result_folder), "--schedule", "zb-v"], "has no schedule 'zb-v': the solve skipped it ("),
         (["export", str(result_folder), "--schedule", "1F1B"], "has no schedule '1F1B' (did you mean '1f1b'?)"),
         (["export", str(tmp_path / "nowhere")], "does not exist"),
         (["export", str(tmp_path)], "has no summary.json"),
