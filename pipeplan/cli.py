@@ -791,6 +791,13 @@ class _SweepPlace:
     def __init__(self, out: Path | None, force: bool, store_path: Path | None, jobs: int | None,
                  ray_address: str | None) -> None:
         self.out = out
+        if out is not None and store_path is not None and _lies_in(store_path, out):
+            if store_path.resolve() != (out / STORE_NAME).resolve():
+                # the result folder replaces DIR whole: a store elsewhere in it went with it
+                raise ConfigError(f"--store {str(store_path)!r} lies inside --out {str(out)!r}, which the result "
+                                  f"replaces; leave --store out to keep the store there as {STORE_NAME}, or put it "
+                                  "outside the folder")
+            store_path = None  # --out's own store, named: kept as it is without --store (it was deleted)
         self.resuming = out is not None and is_unfinished_sweep(out)
         self.force = force or self.resuming
         _refuse_existing(out, self.force)
@@ -851,6 +858,12 @@ class _SweepPlace:
                           style="yellow", highlight=False)
             for label, error in failures.items():
                 console.print(f"  {label}: {error}", style="yellow", soft_wrap=True, highlight=False)
+
+
+def _lies_in(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or lies inside it (paths resolved, neither need exist)."""
+    inner, outer = path.resolve(), folder.resolve()
+    return inner == outer or outer in inner.parents
 
 
 def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, written: Path | None = None,

@@ -35,6 +35,7 @@ from pipeplan.executors import TaskResult
 from pipeplan.executors.local import LocalExecutor
 from pipeplan.frontier import frontier
 from pipeplan.metrics import compute_metrics
+from pipeplan.problem import ConfigError
 from pipeplan.schedules import generate
 from pipeplan.simulate import simulate
 from pipeplan.sizing.sweep import sweep_with_stats
@@ -125,6 +126,10 @@ def test_a_ray_executor_used_outside_a_with_block_says_how_to_use_it() -> None:
 
     with pytest.raises(RuntimeError, match="a RayExecutor connects to Ray when entered: use it in a with block"):
         list(RayExecutor("local").map(math.sqrt, [4.0]))
+    # Zero CPUs started a cluster on which every task waited forever; -3 was Ray's own ValueError.
+    for jobs in (0, -3, 1.5):
+        with pytest.raises(ConfigError, match=r"jobs \(the Ray cluster's CPUs\) must be a whole number >= 1"):
+            RayExecutor("local", num_cpus=jobs)  # type: ignore[arg-type]
 
 
 def test_ray_executor_yields_every_index_and_captures_failures(ray_cluster: Any) -> None:
@@ -392,6 +397,27 @@ def test_bad_store_place_or_ray_address_exits_2_naming_the_fix(capsys: pytest.Ca
     assert list(tmp_path.iterdir()) == []  # no folder, no store left behind
 
 
+def test_a_store_named_inside_out_is_kept_or_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--store DIR/store.sqlite beside --out DIR is the folder's own store, named: kept and reused (the result
+    folder, written over DIR, deleted it with every row); another file inside DIR is refused before any solve."""
+    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
+    out = tmp_path / "out"
+    sweep = ["frontier", str(config), "--time-limit", "0.2", "--workers", "1", "--jobs", "1", "--quiet", "--no-png",
+             "--out", str(out)]
+    assert main([*sweep, "--budgets", "2:3:1", "--store", str(out / "store.sqlite")]) == 0
+    assert (out / "store.sqlite").exists() and (out / "frontier.csv").exists()
+    capsys.readouterr()
+    assert main([*sweep, "--budgets", "2:4:1", "--store", str(out / "store.sqlite"), "--force"]) == 0
+    assert f"2 of 3 results came from the store {out / 'store.sqlite'}" in capsys.readouterr().out
+    assert store_count(out / "store.sqlite") == 3
+    code = main([*sweep, "--budgets", "2:4:1", "--store", str(out / "sub" / "other.sqlite"), "--force"])
+    err = capsys.readouterr().err
+    assert code == USER_ERROR and "lies inside --out" in err and "leave --store out to keep the store there" in err
+    # (store_count's read-only connection leaves SQLite's -wal and -shm beside the store)
+    kept = sorted(p.name for p in out.iterdir() if not p.name.endswith(("-wal", "-shm")))
+    assert kept == ["frontier.csv", "frontier.html", "store.sqlite"]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files anyway")
 def test_a_read_only_store_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
@@ -479,7 +505,10 @@ def test_sigterm_during_a_sweep_on_a_local_ray_cluster_aborts_with_143(tmp_path:
     store = tmp_path / "sweep.sqlite"
     argv = [sys.executable, "-m", "pipeplan.cli", "size", str(study), "--store", str(store), "--ray", "local",
             "--quiet"]
-    child = subprocess.Popen(argv, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # RAY_ADDRESS names a cluster that is not there: '--ray local' starts its own all the same (it joined the one
+    # RAY_ADDRESS or a running 'ray start' named, and failed with --jobs)
+    child = subprocess.Popen(argv, env={**child_env(), "RAY_ADDRESS": "127.0.0.1:9"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while store_count(store) < 3 and time.monotonic() < deadline and child.poll() is None:
         time.sleep(0.5)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pipeplan
 from pipeplan.executors import ExecutorError, ShouldStop, TaskResult, call
+from pipeplan.problem import ConfigError
 
 # Seconds to wait for a TCP connection to a given cluster address before calling it unreachable.
 _CONNECT_TIMEOUT_S = 3.0
@@ -82,6 +83,9 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, address: str = "local", num_cpus: int | None = None) -> None:
+        if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
+            # 0 started a cluster without CPUs, on which every task waited forever
+            raise ConfigError(f"jobs (the Ray cluster's CPUs) must be a whole number >= 1, got {num_cpus!r}")
         self.address = address
         self.num_cpus = num_cpus
         self._ray: Any = None
@@ -97,7 +101,9 @@ class RayExecutor:
             return self
         runtime_env = {"py_modules": [pipeplan]}
         if self.address == "local":
-            kwargs: dict[str, Any] = {"num_cpus": self.num_cpus, "include_dashboard": False}
+            # address "local": a new cluster even when one runs here or RAY_ADDRESS names one (without it, ray.init
+            # joined them, and with num_cpus failed: "num_cpus ... must not be provided")
+            kwargs: dict[str, Any] = {"address": "local", "num_cpus": self.num_cpus, "include_dashboard": False}
         elif self.address == "auto":
             kwargs = {"address": "auto"}
         else:
