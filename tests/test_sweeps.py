@@ -491,6 +491,58 @@ def test_a_killed_sweep_resumes_without_losing_or_repeating_a_row(tmp_path: Path
     db.close()
 
 
+def _state(pid: int) -> tuple[int, str] | None:
+    """(parent pid, state letter) of a process from /proc, None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1]), fields[0]
+
+
+def _alive(pid: int) -> bool:
+    state = _state(pid)
+    return state is not None and state[1] != "Z"  # a zombie is dead, waiting to be reaped
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_local_workers_end_when_their_parent_is_killed(tmp_path: Path) -> None:
+    """kill -9 of the process that started a pool: its workers, waiting in a task, end within seconds (they lived
+    on, adopted by init, about 150 MB each)."""
+    script = tmp_path / "pool.py"
+    script.write_text("import time\nfrom pipeplan.executors.local import LocalExecutor\n"
+                      "if __name__ == '__main__':\n"
+                      "    with LocalExecutor(2) as executor:\n"
+                      "        print(list(executor.map(time.sleep, [60, 60])))\n", encoding="utf-8")
+    # Not pipes: the workers hold the child's stdout and stderr, so a pipe would not close when the child dies.
+    log = tmp_path / "pool.log"
+    with log.open("w") as sink:
+        child = subprocess.Popen([sys.executable, str(script)], env=child_env(), stdout=sink, stderr=sink)
+
+    def children() -> set[int]:
+        found = set()
+        for entry in Path("/proc").iterdir():
+            state = _state(int(entry.name)) if entry.name.isdigit() else None
+            if state is not None and state[0] == child.pid and state[1] != "Z":
+                found.add(int(entry.name))
+        return found
+
+    deadline = time.monotonic() + 60
+    while len(children()) < 3 and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.1)  # two workers and multiprocessing's resource tracker
+    workers = children()
+    assert len(workers) >= 3, log.read_text()
+    child.kill()
+    child.wait(timeout=30)
+    deadline = time.monotonic() + 20
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alive = sorted(pid for pid in workers if _alive(pid))
+    for pid in alive:  # leave nothing behind when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"processes {alive} outlived their parent"
+
+
 def test_sigterm_during_a_sweep_on_a_local_ray_cluster_aborts_with_143(tmp_path: Path) -> None:
     """SIGTERM once three rows are stored (on a 2-core machine mostly as the last tasks end and Ray shuts down):
     "terminated", status 143, the store intact. Ray's driver puts in its own SIGTERM handler, which exited 15

@@ -7,6 +7,8 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -30,9 +32,24 @@ def _call_batch(function: Callable[[Any], Any], batch: list[tuple[int, Any]]) ->
     return [call(function, index, item) for index, item in batch]
 
 
-def _ignore_interrupts() -> None:
-    """Workers leave Ctrl-C to the parent, which decides whether to stop them (the terminal sends it to all)."""
+def _start_worker(parent: int) -> None:
+    """A worker's set-up: it leaves Ctrl-C to the parent, which decides whether to stop them (the terminal sends
+    it to all), and ends itself when the parent, process ``parent``, is gone (:func:`_end_with_parent`; the
+    parent's pid is passed in, since a parent killed while the worker started has been replaced already)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_end_with_parent, args=(parent,), daemon=True).start()
+
+
+def _end_with_parent(parent: int) -> None:
+    """Exit once this process's parent is no longer ``parent``: a parent killed with SIGKILL cannot stop its
+    workers, which then waited for tasks for ever (about 150 MB each), adopted by init."""
+    while os.getppid() == parent:
+        time.sleep(_PARENT_CHECK_S)
+    os._exit(1)
+
+
+# Seconds between a worker's checks that its parent is alive.
+_PARENT_CHECK_S = 1.0
 
 
 # What a Python script that starts worker processes needs: each worker imports the script again.
@@ -116,7 +133,7 @@ class LocalExecutor:
             raise RuntimeError(SCRIPT_GUARD)
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_ignore_interrupts)
+                                             initializer=_start_worker, initargs=(os.getpid(),))
         size = max(1, min(_MAX_BATCH, len(inputs) // (self.jobs * 32)))
         batches = [list(enumerate(inputs))[start:start + size] for start in range(0, len(inputs), size)]
         futures: dict[Future[list[TaskResult]], list[int]] = {  # keyed by future: the indices of its inputs
