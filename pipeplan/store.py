@@ -17,6 +17,7 @@ never overwritten.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -130,10 +131,23 @@ class StoredRow:
     error: str | None
 
     def problem(self) -> Problem | None:
-        return None if self.problem_json is None else problem_from_record(json.loads(self.problem_json))
+        with self._damage_named("problem"):
+            return None if self.problem_json is None else problem_from_record(json.loads(self.problem_json))
 
     def schedule(self) -> Schedule | None:
-        return None if self.orders_json is None else schedule_from_record(json.loads(self.orders_json))
+        with self._damage_named("schedule"):
+            return None if self.orders_json is None else schedule_from_record(json.loads(self.orders_json))
+
+    @contextlib.contextmanager
+    def _damage_named(self, what: str) -> Iterator[None]:
+        """A stored ``what`` that does not read as one, as a :class:`StoreError` naming the row (it was an internal
+        error: a JSONDecodeError or KeyError from deep inside)."""
+        try:
+            yield
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise StoreError(f"a stored row ({self.kind} {self.label!r}, key {self.key[:12]}...) holds a damaged "
+                             f"{what} ({type(exc).__name__}: {exc}); run again with --refresh (refresh=True) to "
+                             "replace it") from None
 
 
 @dataclass(frozen=True)
@@ -221,7 +235,7 @@ class Store:
         if head != SQLITE_HEADER:
             raise _refuse(self.path, "is not a pipeplan store (not an SQLite file)")
         try:
-            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            db = sqlite3.connect(self.path, timeout=LOCK_WAIT_S, isolation_level=None)
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
@@ -247,9 +261,18 @@ class Store:
             db.execute("COMMIT")
         except sqlite3.OperationalError as exc:
             db.close()
-            raise StoreError(f"cannot write the store {str(self.path)!r} ({exc}); it or its folder is read-only: "
-                             f"pick {_ANOTHER} in a folder you can write to") from None
+            raise self._cannot_write(exc, "it or its folder is read-only: ") from None
         return db
+
+    def _cannot_write(self, exc: sqlite3.OperationalError, cause: str = "") -> StoreError:
+        """The error for a write that failed: another process's lock held past :data:`LOCK_WAIT_S`, else
+        ``cause`` (e.g. a read-only place)."""
+        if "locked" in str(exc):
+            return StoreError(f"cannot write the store {str(self.path)!r}: another process has held its lock for "
+                              f"{LOCK_WAIT_S:g} s (another sweep writing it, or an sqlite3 shell in a transaction); "
+                              f"run again once it is done, or pick {_ANOTHER}")
+        return StoreError(f"cannot write the store {str(self.path)!r} ({exc}); {cause}pick {_ANOTHER} in a folder "
+                          "you can write to")
 
     def __enter__(self) -> Store:
         return self
@@ -270,14 +293,32 @@ class Store:
             for key, kind, label, record, problem, orders, error in self._db.execute(
                     f"SELECT key, kind, label, record, problem, orders, error FROM results WHERE key IN ({marks}) "
                     "AND error IS NULL", chunk):
-                found[key] = StoredRow(key, kind, label, json.loads(record), problem, orders, error)
+                try:
+                    found[key] = self._row(key, kind, label, record, problem, orders, error)
+                except StoreError as exc:  # left out: the task runs again and its row is replaced
+                    log.warning("%s; running it again", exc)
         return found
 
     def rows(self) -> list[StoredRow]:
-        """Every row, failed ones included, in the order written."""
-        return [StoredRow(key, kind, label, None if record is None else json.loads(record), problem, orders, error)
-                for key, kind, label, record, problem, orders, error in self._db.execute(
-                    "SELECT key, kind, label, record, problem, orders, error FROM results ORDER BY written")]
+        """Every row, failed ones included, in the order written. Raises :class:`StoreError` naming a damaged
+        row (one whose JSON does not read)."""
+        return [self._row(*row) for row in self._db.execute(
+            "SELECT key, kind, label, record, problem, orders, error FROM results ORDER BY written")]
+
+    def _row(self, key: str, kind: str, label: str, record: str | None, problem: str | None, orders: str | None,
+             error: str | None) -> StoredRow:
+        """A row as read, its record checked to be a JSON object (the problem and orders are read when asked for:
+        :meth:`StoredRow.problem`, :meth:`StoredRow.schedule`)."""
+        try:
+            fields = None if record is None else json.loads(record)
+        except (TypeError, ValueError) as exc:
+            fields, why = None, str(exc)
+        else:
+            why = "its record is not a JSON object"
+        if record is not None and not isinstance(fields, dict):
+            raise StoreError(f"the store {str(self.path)!r} has a damaged row ({kind} {label!r}, key {key[:12]}...): "
+                             f"{why}")
+        return StoredRow(key, kind, label, fields, problem, orders, error)
 
     def put(self, key: str, kind: str, label: str, output: TaskOutput | None = None, error: str | None = None) -> None:
         """Write one row in its own transaction (replacing a failed row of the same key)."""
@@ -290,8 +331,7 @@ class Store:
                 self._db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                  (key, kind, label, record, problem, orders, error, __version__, time.time()))
         except sqlite3.OperationalError as exc:
-            raise StoreError(f"cannot write the store {str(self.path)!r} ({exc}); pick {_ANOTHER} in a "
-                             "folder you can write to") from None
+            raise self._cannot_write(exc) from None
 
     def copy_to(self, target: Path) -> None:
         """A consistent copy of the store at ``target`` (SQLite's online backup)."""
@@ -300,6 +340,10 @@ class Store:
             self._db.backup(copy)
         finally:
             copy.close()
+
+
+# Seconds a store's reader or writer waits for another process's lock before it gives up.
+LOCK_WAIT_S = 30.0
 
 
 def _umask() -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import math
 import os
 import re
@@ -416,6 +417,60 @@ def test_a_store_named_inside_out_is_kept_or_refused(capsys: pytest.CaptureFixtu
     # (store_count's read-only connection leaves SQLite's -wal and -shm beside the store)
     kept = sorted(p.name for p in out.iterdir() if not p.name.endswith(("-wal", "-shm")))
     assert kept == ["frontier.csv", "frontier.html", "store.sqlite"]
+
+
+def test_a_damaged_row_runs_again_or_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A row whose JSON does not read (edited by hand, a flipped byte) was an internal error (JSONDecodeError) in
+    the sweep and in Store.rows(). A damaged record: the sweep runs the task again and replaces the row, rows()
+    names it. A damaged schedule: exit 2 naming the row and --refresh, which replaces it."""
+    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
+    store = tmp_path / "s.sqlite"
+    sweep = ["frontier", str(config), "--budgets", "2:3:1", "--time-limit", "0.2", "--workers", "1", "--jobs", "1",
+             "--quiet", "--store", str(store)]
+
+    def damage(column: str, label: str) -> None:
+        db = sqlite3.connect(store)
+        with db:
+            db.execute(f"UPDATE results SET {column} = 'oops' WHERE label = ?", (label,))
+        db.close()
+
+    assert main(sweep) == 0
+    damage("record", "budget 3")
+    with Store(store) as opened, pytest.raises(
+            StoreError, match=r"has a damaged row \(frontier 'budget 3', key [0-9a-f]{12}\.\.\.\): Expecting value"):
+        opened.rows()
+    capsys.readouterr()
+    with caplog.at_level(logging.WARNING, logger="pipeplan.store"):
+        assert main(sweep) == 0
+    assert "1 of 2 results came from the store" in capsys.readouterr().out
+    assert "has a damaged row (frontier 'budget 3'" in caplog.text and "running it again" in caplog.text
+    with Store(store) as opened:
+        assert len(opened.rows()) == 2  # the damaged row replaced
+    damage("orders", "budget 2")
+    assert main(sweep) == USER_ERROR
+    err = capsys.readouterr().err
+    assert "a stored row (frontier 'budget 2', key " in err and "holds a damaged schedule (JSONDecodeError" in err
+    assert "run again with --refresh" in err and "internal error" not in err
+    assert main([*sweep, "--refresh"]) == 0
+
+
+def test_a_store_locked_by_another_process_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process's write lock held past the wait was reported as a read-only store."""
+    import pipeplan.store
+
+    path = tmp_path / "s.sqlite"
+    Store(path).close()
+    monkeypatch.setattr(pipeplan.store, "LOCK_WAIT_S", 0.2)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreError, match=r"another process has held its lock for 0.2 s \(another sweep writing "
+                                             r"it, or an sqlite3 shell in a transaction\); run again once it is done"):
+            Store(path)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files anyway")
