@@ -203,8 +203,11 @@ class Store:
             handle, staging = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=folder)
             os.close(handle)
         except OSError as exc:
-            raise StoreError(f"cannot create the store {str(self.path)!r}: {exc.strerror} in {str(folder)!r}; pick "
-                             f"{_ANOTHER} in a folder you can write to") from None
+            blocking = next((parent for parent in (folder, *folder.parents) if parent.is_file()), None)
+            why = (f"{str(blocking)!r} is a file, not a folder" if blocking is not None
+                   else f"{exc.strerror} in {str(folder)!r}")
+            raise StoreError(f"cannot create the store {str(self.path)!r}: {why}; pick {_ANOTHER} in a folder you "
+                             "can write to") from None
         try:
             db = sqlite3.connect(staging)
             with db:

@@ -40,7 +40,7 @@ SWEEP: dict[str, Any] = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5, help="runs of the single estimate; the best is kept")
     parser.add_argument("--out", type=Path, default=ROOT / "results", help="folder for bench_sizing.csv")
     args = parser.parse_args()

@@ -45,7 +45,7 @@ def _timed(**kwargs: Any) -> tuple[float, Any, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--time-limit", type=float, default=0.2, help="optimizer seconds per configuration")
     parser.add_argument("--out", type=Path, default=ROOT / "results", help="folder for bench_sweeps.csv")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray run")

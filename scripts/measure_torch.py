@@ -61,7 +61,7 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=_positive(int), default=4)
     parser.add_argument("--microbatches", type=_positive(int), default=8)
     parser.add_argument("--unit-ms", type=_positive(float), default=20.0,

@@ -127,7 +127,7 @@ def scratch_copy() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--all", action="store_true", help="also run the slow examples")
     parser.add_argument("--only", default=None, help="run only examples whose code contains TEXT")
     parser.add_argument("--update", action="store_true", help="write the fresh outputs into the README")

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", type=Path, default=ROOT / "models" / "size-llama3.1-70b.yaml")
     parser.add_argument("--out", type=Path, default=ROOT / "results", help="parent of the kept folder")
     parser.add_argument("--no-png", action="store_true", help="skip the screenshot of report.html")

@@ -47,7 +47,7 @@ PUBLISHED = [
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--time-limit", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "results"))

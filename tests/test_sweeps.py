@@ -455,6 +455,12 @@ def test_a_damaged_row_runs_again_or_is_named(capsys: pytest.CaptureFixture[str]
     assert main([*sweep, "--refresh"]) == 0
 
 
+def test_a_store_under_a_file_names_that_file(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(StoreError, match=r"cannot create the store .*: '.*afile' is a file, not a folder; pick "):
+        Store(tmp_path / "afile" / "sub" / "s.sqlite")  # it said "File exists"
+
+
 def test_a_store_locked_by_another_process_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process's write lock held past the wait was reported as a read-only store."""
     import pipeplan.store
