@@ -29,7 +29,7 @@ from pipeplan.config import MAX_SEED, MAX_WORKERS, OBJECTIVES, Config, SolverSet
 from pipeplan.frontier import SweepProgress, frontier
 from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
-from pipeplan.problem import ConfigError, PipeplanError, did_you_mean
+from pipeplan.problem import ConfigError, PipeplanError, did_you_mean, shown
 from pipeplan.report.files import (
     CSV_FLOAT_FORMAT,
     WriteInterrupted,
@@ -106,7 +106,7 @@ OUTPUT_CLOSED = 141
 
 
 class _OnceEach(logging.Filter):
-    """Lets each warning's text through once a process: a frontier or sweep solves one problem per budget, and
+    """Lets each warning's text through once: a frontier or sweep solves one problem per budget, and
     the solver's warning about costs that are not whole ticks came once per budget, word for word. Records below
     WARNING (--debug's) all pass."""
 
@@ -124,15 +124,20 @@ class _OnceEach(logging.Filter):
         return True
 
 
+# The filter of the handler :func:`_log_to_stderr` installs; its texts are forgotten at each run of :func:`main`.
+_ONCE = _OnceEach()
+
+
 def _log_to_stderr() -> None:
-    """Warnings on stderr as ``WARNING text``, each text once (:class:`_OnceEach`); nothing when the
-    application (or a test harness) has set up logging already, as :func:`logging.basicConfig` would."""
+    """Warnings on stderr as ``WARNING text``, each text once a run (:class:`_OnceEach`); the handler is installed
+    only when the application (or a test harness) has set up no logging, as :func:`logging.basicConfig` would."""
+    _ONCE.seen.clear()
     root = logging.getLogger()
     if root.handlers:
         return
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
-    handler.addFilter(_OnceEach())
+    handler.addFilter(_ONCE)
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
 
@@ -177,13 +182,14 @@ def cli() -> None:
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--schedule", "schedule_name", default=None, metavar="NAME",
               help=f"Schedule to simulate: one of {', '.join(names())}.")
-@click.option("--from-torch-csv", "torch_csv", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--from-torch-csv", "torch_csv", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               metavar="FILE", help="Instead of a named schedule, replay the per-rank order of a PyTorch "
-              "compute-only schedule CSV (torchtitan's --parallelism.pipeline_parallel_schedule_csv file).")
+              "compute-only schedule CSV (torchtitan's --parallelism.pipeline_parallel_schedule_csv file; - for "
+              "stdin).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output as a readable table or one JSON object.")
 @_debug_option
-def simulate_cmd(config: str, schedule_name: str | None, torch_csv: Path | None, fmt: str) -> None:
+def simulate_cmd(config: str, schedule_name: str | None, torch_csv: str | None, fmt: str) -> None:
     """Replay one named schedule, or a PyTorch schedule CSV, on CONFIG and print its metrics.
 
     \b
@@ -198,9 +204,11 @@ def simulate_cmd(config: str, schedule_name: str | None, torch_csv: Path | None,
         raise click.UsageError("Give either '--schedule' NAME or '--from-torch-csv' FILE, not both")
     cfg = load_config(config)
     if torch_csv is not None:
-        from pipeplan.torch_csv import read_torch_csv
+        from pipeplan.torch_csv import read_torch_csv, read_torch_csv_stream
 
-        schedule = read_torch_csv(cfg.problem, torch_csv)
+        # "-" as typed (./- is the file of that name)
+        schedule = (read_torch_csv_stream(cfg.problem, sys.stdin.buffer) if torch_csv == "-"
+                    else read_torch_csv(cfg.problem, Path(torch_csv)))
         schedule_name = schedule.name
     else:
         assert schedule_name is not None
@@ -656,12 +664,15 @@ def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, 
                   what=f": schedule {name}, {_counted(problem.num_devices, 'rank')}, "
                   f"{_counted(problem.num_model_stages, 'stage')}, "
                   f"{_counted(problem.num_microbatches, 'microbatch', 'microbatches')}, {problem.placement} placement")
-    metrics = compute_metrics(timeline)
-    if not metrics.feasible:
-        from pipeplan.report.tables import format_memory
+    if not compute_metrics(timeline).feasible:
+        from pipeplan.report.tables import format_memory, over_budget_notes
 
-        click.echo(f"note: {name} peaks at {format_memory(metrics.peak_memory)} {results.config.units.memory}, over "
-                   "the budget (see the solve's table); torch holds that much when it runs the file", err=True)
+        row = next(row for row in results.summary["schedules"] if row["schedule"] == name)
+        budget = results.summary["memory_budget"]
+        over = (over_budget_notes({**results.summary, "schedules": [row]}, results.config.units)[0]
+                if isinstance(budget, list) else f"{name} peaks at {format_memory(row['peak_memory'])} "
+                f"{results.config.units.memory}, over the budget of {format_memory(budget)}")
+        click.echo(f"note: {over}; torch holds that much when it runs the file", err=True)
 
 
 def _why_not_solved(summary: dict[str, Any], name: str) -> str:
@@ -795,7 +806,7 @@ class _SweepPlace:
             if store_path.resolve() != (out / STORE_NAME).resolve():
                 # the result folder replaces DIR whole: a store elsewhere in it went with it
                 raise ConfigError(f"--store {str(store_path)!r} lies inside --out {str(out)!r}, which the result "
-                                  f"replaces; leave --store out to keep the store there as {STORE_NAME}, or put it "
+                                  f"replaces; omit --store to keep the store there as {STORE_NAME}, or put it "
                                   "outside the folder")
             store_path = None  # --out's own store, named: kept as it is without --store (it was deleted)
         self.resuming = out is not None and is_unfinished_sweep(out)
@@ -883,46 +894,47 @@ def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, wri
 
 def parse_budgets(text: str) -> list[float]:
     """Budgets from "A:B:STEP": A, A+STEP, ... up to B inclusive (0 < A <= B, STEP > 0, at most 500 values); or
-    from a list "A,B,C" (each > 0), in increasing order, each once."""
+    from a list "A,B,C" or one number (each finite and > 0), in increasing order, each once."""
     hint = ("give --budgets as A:B:STEP, e.g. 4:16:2 (from A to B inclusive, in the config's memory unit), or as a "
             "list, e.g. 3,4.5,8")
-    if "," in text and ":" not in text:
-        return _listed_budgets(text, hint)
+    named = f"--budgets {shown(text, 60)}"
+    if ":" not in text:
+        return _listed_budgets(text, named, hint)
     parts = text.split(":")
     if len(parts) != 3:
-        raise ConfigError(f"--budgets {text!r} is not A:B:STEP; {hint}")
+        raise ConfigError(f"{named} is not A:B:STEP; {hint}")
     try:
         # Decimal: A + i STEP exactly as written, at any scale (floats made 0.1 + 0.2 a budget of its own, and
         # rounding them turned budgets in units of 1e-10, or of 13 digits, into others)
         low, high, step = (decimal.Decimal(part.strip()) for part in parts)
     except decimal.InvalidOperation:
-        raise ConfigError(f"--budgets {text!r} has a part that is not a number; {hint}") from None
+        raise ConfigError(f"{named} has a part that is not a number; {hint}") from None
     if not all(v.is_finite() for v in (low, high, step)) or low <= 0 or step <= 0 or high < low:
-        raise ConfigError(f"--budgets {text!r} needs 0 < A <= B and STEP > 0; {hint}")
+        raise ConfigError(f"{named} needs 0 < A <= B and STEP > 0; {hint}")
     ratio = (high - low) / step
     if ratio >= MAX_BUDGETS:  # before the exact count, which could have more digits than Decimal holds
         count = f"{int(ratio) + 1}" if ratio < 10**9 else f"about {ratio:.3g}"
-        raise ConfigError(f"--budgets {text!r} gives {count} budgets; at most {MAX_BUDGETS}: raise STEP")
+        raise ConfigError(f"{named} gives {count} budgets; at most {MAX_BUDGETS}: raise STEP")
     budgets = [float(low + i * step) for i in range(int((high - low) // step) + 1)]
     if budgets[0] <= 0 or not math.isfinite(budgets[-1]):
-        raise ConfigError(f"--budgets {text!r} is beyond what a float holds; give budgets in another unit")
+        raise ConfigError(f"{named} is beyond what a float holds; give budgets in another unit")
     return budgets
 
 
-def _listed_budgets(text: str, hint: str) -> list[float]:
-    """The budgets of a list "A,B,C" (see :func:`parse_budgets`)."""
+def _listed_budgets(text: str, named: str, hint: str) -> list[float]:
+    """The budgets of a list "A,B,C" or of one number (see :func:`parse_budgets`); ``named`` names the flag."""
     budgets: set[float] = set()
     for part in text.split(","):
         try:
             value = float(part)
         except ValueError:
-            what = "an empty entry" if not part.strip() else f"{part.strip()!r}, not a number"
-            raise ConfigError(f"--budgets {text!r} has {what}; {hint}") from None
+            what = "an empty entry" if not part.strip() else f"{shown(part.strip(), 30)}, not a number"
+            raise ConfigError(f"{named} has {what}; {hint}") from None
         if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"--budgets {text!r} has {part.strip()}; every budget must be a number > 0")
+            raise ConfigError(f"{named} has {part.strip()}; every budget must be a finite number > 0")
         budgets.add(value)
     if len(budgets) > MAX_BUDGETS:
-        raise ConfigError(f"--budgets {text!r} gives {len(budgets)} budgets; at most {MAX_BUDGETS}")
+        raise ConfigError(f"{named} gives {len(budgets)} budgets; at most {MAX_BUDGETS}")
     return sorted(budgets)
 
 
@@ -932,7 +944,7 @@ MAX_BUDGETS = 500
 
 @cli.command("frontier", short_help="Sweep the memory budget: step time against memory (CSV, plot).")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--budgets", required=True, metavar="A:B:STEP",
+@click.option("--budgets", required=True, metavar="A:B:STEP|A,B,..",
               help="Budgets per device to sweep, from A to B inclusive (the config's memory unit), or a list "
                    "A,B,C.")
 @_solver_options

@@ -17,7 +17,6 @@ never overwritten.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -131,23 +130,10 @@ class StoredRow:
     error: str | None
 
     def problem(self) -> Problem | None:
-        with self._damage_named("problem"):
-            return None if self.problem_json is None else problem_from_record(json.loads(self.problem_json))
+        return None if self.problem_json is None else problem_from_record(json.loads(self.problem_json))
 
     def schedule(self) -> Schedule | None:
-        with self._damage_named("schedule"):
-            return None if self.orders_json is None else schedule_from_record(json.loads(self.orders_json))
-
-    @contextlib.contextmanager
-    def _damage_named(self, what: str) -> Iterator[None]:
-        """A stored ``what`` that does not read as one, as a :class:`StoreError` naming the row (it was an internal
-        error: a JSONDecodeError or KeyError from deep inside)."""
-        try:
-            yield
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
-            raise StoreError(f"a stored row ({self.kind} {self.label!r}, key {self.key[:12]}...) holds a damaged "
-                             f"{what} ({type(exc).__name__}: {exc}); run again with --refresh (refresh=True) to "
-                             "replace it") from None
+        return None if self.orders_json is None else schedule_from_record(json.loads(self.orders_json))
 
 
 @dataclass(frozen=True)
@@ -243,6 +229,8 @@ class Store:
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 raise _refuse(self.path, "is an SQLite file but not a pipeplan store (no meta table)") from None
+            if "locked" in str(exc):
+                raise self._cannot_write(exc) from None
             # A store is read and written in place (its journal lives beside it): a read-only folder fails here.
             raise StoreError(f"cannot open the store {str(self.path)!r} ({exc}); if it or its folder is read-only, "
                              "copy it to a folder you can write to and use that copy") from None
@@ -310,17 +298,24 @@ class Store:
 
     def _row(self, key: str, kind: str, label: str, record: str | None, problem: str | None, orders: str | None,
              error: str | None) -> StoredRow:
-        """A row as read, its record checked to be a JSON object (the problem and orders are read when asked for:
-        :meth:`StoredRow.problem`, :meth:`StoredRow.schedule`)."""
+        """A row as read, its JSON checked (edited by hand, a flipped byte): the record and problem objects, the
+        orders an object with a list of orders."""
         try:
             fields = None if record is None else json.loads(record)
-        except (TypeError, ValueError) as exc:
-            fields, why = None, str(exc)
-        else:
-            why = "its record is not a JSON object"
-        if record is not None and not isinstance(fields, dict):
+            shapes = [(fields, "record")]
+            if problem is not None:
+                shapes.append((json.loads(problem), "problem"))
+            if orders is not None:
+                parsed = json.loads(orders)
+                shapes.append((parsed, "schedule"))
+                if isinstance(parsed, dict) and not isinstance(parsed.get("orders"), list):
+                    raise ValueError("its schedule has no list of orders")
+            for value, what in shapes:
+                if value is not None and not isinstance(value, dict):
+                    raise ValueError(f"its {what} is not a JSON object")
+        except ValueError as exc:  # json.JSONDecodeError is one
             raise StoreError(f"the store {str(self.path)!r} has a damaged row ({kind} {label!r}, key {key[:12]}...): "
-                             f"{why}")
+                             f"{exc}") from exc
         return StoredRow(key, kind, label, fields, problem, orders, error)
 
     def put(self, key: str, kind: str, label: str, output: TaskOutput | None = None, error: str | None = None) -> None:

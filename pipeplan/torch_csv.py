@@ -22,9 +22,9 @@ from __future__ import annotations
 import csv
 import io
 import re
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import BinaryIO
 
 from pipeplan.problem import OP_LABEL, ConfigError, Op, OpKind, Problem, expect, shown
 from pipeplan.reading import TORCH_CSV_BYTES, decoded, read_text
@@ -130,7 +130,7 @@ class _Reader:
         parsed = [[a for column, cell in enumerate(cells, start=1) for a in self.parse_cell(row, column, cell)]
                   for row, cells in enumerate(rows, start=1)]
         for row, row_actions in enumerate(parsed, start=1):
-            if rows and not row_actions:  # torch reads every line as a rank, and every rank runs ops
+            if not row_actions:  # torch reads every line as a rank, and every rank runs ops
                 where = " (a blank line at the end of the file?)" if row > problem.num_devices else ""
                 raise ConfigError(f"{self.source}: row {row} (rank {row - 1}) holds no action{where}; torch reads "
                                   "every line as a rank and every rank runs its stages' ops: delete the line")
@@ -183,6 +183,11 @@ class _Reader:
                             f"places it on rank {device}, where the file runs it too (row {there.row}, column "
                             f"{there.column}: {there.cell!r}); a stage lives on one rank: move this action to row "
                             f"{device + 1}")
+        elsewhere = next((b for b in actions if b.stage == a.stage and b.row != a.row), None)
+        if elsewhere is not None:  # on two rows, neither the config's: no layout matches the file
+            raise self.fail(a.row, a.column, a.cell, f"puts stage {a.stage} on rank {a.row - 1}, and row "
+                            f"{elsewhere.row} (rank {elsewhere.row - 1}) runs it too ({elsewhere.cell!r}); a stage "
+                            f"lives on one rank, here rank {device} (row {device + 1}): move its actions there")
         raise self.fail(a.row, a.column, a.cell, f"puts stage {a.stage} on rank {a.row - 1}, but the config "
                         f"places it on rank {device} (pipeline.num_chunks: {problem.num_chunks}, placement: "
                         f"{problem.placement}); change the config's layout to match the file")
@@ -224,16 +229,20 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
     return replace(schedule, name=name)
 
 
+def read_torch_csv_stream(problem: Problem, stream: BinaryIO, name: str = "stdin",
+                          source: str = "the standard input") -> Schedule:
+    """Read a compute-only torch CSV from a binary ``stream`` (the command line's ``--from-torch-csv -``: the
+    standard input) as a schedule of ``problem`` (see :func:`from_torch_csv`)."""
+    text = decoded(stream.read(TORCH_CSV_BYTES + 1), f"torch CSV on {source}", TORCH_CSV_BYTES, keep_mark=True)
+    return from_torch_csv(problem, text, name=name, source=source)
+
+
 def read_torch_csv(problem: Problem, path: str | Path, name: str | None = None) -> Schedule:
     """Read the compute-only torch CSV at ``path`` as a schedule of ``problem`` (see :func:`from_torch_csv`).
 
-    The schedule is named ``name``, by default the file's stem; ``path`` "-" reads the standard input.
+    The schedule is named ``name``, by default the file's stem.
     """
     file = Path(path)
-    if str(file) == "-":
-        text = decoded(sys.stdin.buffer.read(TORCH_CSV_BYTES + 1), "torch CSV on the standard input",
-                       TORCH_CSV_BYTES, keep_mark=True)
-        return from_torch_csv(problem, text, name=name or "stdin", source="the standard input")
     text = read_text(file, "torch CSV", TORCH_CSV_BYTES, keep_mark=True)  # torch's reader keeps it, and fails
     return from_torch_csv(problem, text, name=name or file.name.removesuffix(".csv").removesuffix(".torch"),
                           source=str(file))

@@ -317,15 +317,17 @@ def test_progress_lines() -> None:
         ("1:1000:0.01", "gives 99901 budgets; at most 500"),
         ("4,x,8", "has 'x', not a number"),
         ("4,,8", "has an empty entry"),
-        ("4,0,8", "has 0; every budget must be a number > 0"),
-        ("4,-2", "has -2; every budget must be a number > 0"),
-        ("4,nan", "has nan; every budget must be a number > 0"),
+        ("4,0,8", "has 0; every budget must be a finite number > 0"),
+        ("4,-2", "has -2; every budget must be a finite number > 0"),
+        ("4,nan", "has nan; every budget must be a finite number > 0"),
+        ("inf,2", "has inf; every budget must be a finite number > 0"),
+        ("x", "has 'x', not a number"),
     ],
 )
 def test_bad_budgets_exit_2_before_any_solve(capsys: pytest.CaptureFixture[str], budgets: str, message: str) -> None:
     code, out, err = run(capsys, "frontier", SEED, "--budgets", budgets)
     assert code == USER_ERROR
-    hinted = "A:B:STEP, e.g. 4:16:2" in err or "at most" in err or "must be a number > 0" in err
+    hinted = "A:B:STEP, e.g. 4:16:2" in err or "at most" in err or "must be a finite number > 0" in err
     assert message in err and hinted
     assert out == "" and "Traceback" not in err
 
@@ -350,6 +352,10 @@ def test_budgets_may_be_listed_in_any_order_each_run_once() -> None:
     assert parse_budgets(" 6 , 2") == [2.0, 6.0]
     with pytest.raises(ConfigError, match="has an empty entry"):
         parse_budgets("5,")
+    assert parse_budgets("5") == [5.0] and parse_budgets(" 2.5 ") == [2.5]  # one budget (it needed 5:5:1)
+    with pytest.raises(ConfigError, match=r"--budgets '1,2,3,.*,\.\.\.,.*,501' gives 501 budgets") as caught:
+        parse_budgets(",".join(str(i) for i in range(1, 502)))
+    assert len(str(caught.value)) < 200  # the flag's value is cut, not printed whole
 
 
 def test_solve_out_writes_the_contract_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

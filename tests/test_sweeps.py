@@ -413,46 +413,39 @@ def test_a_store_named_inside_out_is_kept_or_refused(capsys: pytest.CaptureFixtu
     assert store_count(out / "store.sqlite") == 3
     code = main([*sweep, "--budgets", "2:4:1", "--store", str(out / "sub" / "other.sqlite"), "--force"])
     err = capsys.readouterr().err
-    assert code == USER_ERROR and "lies inside --out" in err and "leave --store out to keep the store there" in err
+    assert code == USER_ERROR and "lies inside --out" in err and "omit --store to keep the store there" in err
     # (store_count's read-only connection leaves SQLite's -wal and -shm beside the store)
     kept = sorted(p.name for p in out.iterdir() if not p.name.endswith(("-wal", "-shm")))
     assert kept == ["frontier.csv", "frontier.html", "store.sqlite"]
 
 
-def test_a_damaged_row_runs_again_or_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_row_runs_again_and_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                               caplog: pytest.LogCaptureFixture) -> None:
     """A row whose JSON does not read (edited by hand, a flipped byte) was an internal error (JSONDecodeError) in
-    the sweep and in Store.rows(). A damaged record: the sweep runs the task again and replaces the row, rows()
-    names it. A damaged schedule: exit 2 naming the row and --refresh, which replaces it."""
+    the sweep and in Store.rows(): a damaged record or schedule now runs again, its row replaced, with a warning
+    naming it; rows() names it."""
     config = Path(__file__).parent / "configs" / "good-minimal.yaml"
     store = tmp_path / "s.sqlite"
-    sweep = ["frontier", str(config), "--budgets", "2:3:1", "--time-limit", "0.2", "--workers", "1", "--jobs", "1",
+    sweep = ["frontier", str(config), "--budgets", "2:4:1", "--time-limit", "0.2", "--workers", "1", "--jobs", "1",
              "--quiet", "--store", str(store)]
-
-    def damage(column: str, label: str) -> None:
-        db = sqlite3.connect(store)
-        with db:
-            db.execute(f"UPDATE results SET {column} = 'oops' WHERE label = ?", (label,))
-        db.close()
-
     assert main(sweep) == 0
-    damage("record", "budget 3")
+    db = sqlite3.connect(store)
+    with db:
+        db.execute("UPDATE results SET record = 'oops' WHERE label = 'budget 3'")
+        db.execute("UPDATE results SET orders = '[]' WHERE label = 'budget 2'")
+    db.close()
     with Store(store) as opened, pytest.raises(
-            StoreError, match=r"has a damaged row \(frontier 'budget 3', key [0-9a-f]{12}\.\.\.\): Expecting value"):
+            StoreError, match=r"has a damaged row \(frontier 'budget 2', key [0-9a-f]{12}\.\.\.\): its schedule is "
+                              r"not a JSON object"):
         opened.rows()
     capsys.readouterr()
     with caplog.at_level(logging.WARNING, logger="pipeplan.store"):
         assert main(sweep) == 0
-    assert "1 of 2 results came from the store" in capsys.readouterr().out
-    assert "has a damaged row (frontier 'budget 3'" in caplog.text and "running it again" in caplog.text
+    assert "1 of 3 results came from the store" in capsys.readouterr().out
+    assert "damaged row (frontier 'budget 3', key " in caplog.text and "Expecting value" in caplog.text
+    assert "damaged row (frontier 'budget 2', key " in caplog.text and "running it again" in caplog.text
     with Store(store) as opened:
-        assert len(opened.rows()) == 2  # the damaged row replaced
-    damage("orders", "budget 2")
-    assert main(sweep) == USER_ERROR
-    err = capsys.readouterr().err
-    assert "a stored row (frontier 'budget 2', key " in err and "holds a damaged schedule (JSONDecodeError" in err
-    assert "run again with --refresh" in err and "internal error" not in err
-    assert main([*sweep, "--refresh"]) == 0
+        assert len(opened.rows()) == 3  # the damaged rows replaced
 
 
 def test_a_store_under_a_file_names_that_file(tmp_path: Path) -> None:

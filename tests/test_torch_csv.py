@@ -181,9 +181,13 @@ def test_bad_file_names_the_first_offending_cell(label: str, text: str, message:
          "every line as a rank and every rank runs its stages' ops: delete the line"),
         (Problem.build(2, 2), "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n2F0\n", "has 3 rows (one per rank), but the config "
          "has pipeline.num_stages: 2"),
+        # Stage 1 on rows 1 and 3, neither its rank: no layout matches, so not "change the config's layout".
+        (Problem.build(3, 1), "0F0,1F0,0B0\n2F0,2B0\n1B0\n", "row 1 (rank 0), column 2: '1F0' puts stage 1 on rank "
+         "0, and row 3 (rank 2) runs it too ('1B0'); a stage lives on one rank, here rank 1 (row 2): move its actions "
+         "there"),
     ],
     ids=["split-action-unsplit-config", "placement-v-given-loop", "placement-mismatch", "blank-row-is-a-rank",
-         "a-row-too-many"],
+         "a-row-too-many", "stage-on-two-wrong-ranks"],
 )
 def test_file_that_does_not_fit_the_config(problem: Problem, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -302,7 +306,8 @@ def test_export_names_why_a_schedule_is_missing_and_warns_over_the_budget(
     assert code == 0 and (tmp_path / "over.csv").exists()
     assert out.startswith(f"wrote {tmp_path / 'over.csv'}: schedule {over['schedule']}, 4 ranks, 4 stages, 12 "
                           "microbatches")
-    assert err.startswith(f"note: {over['schedule']} peaks at ") and "over the budget" in err
+    # the config's budget is per device: the devices over it are named
+    assert err.startswith(f"note: {over['schedule']} is over the budget on device") and "torch holds that" in err
     code, _, err = run(capsys, "export", str(result_folder), "--out", str(tmp_path / "chosen.csv"))
     assert code == 0 and err == ""  # the chosen schedule fits
 

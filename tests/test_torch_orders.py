@@ -69,13 +69,16 @@ def test_order_equals_torch(name: str, p: int) -> None:
 def test_torch_refuses_what_the_import_refuses() -> None:
     """The torch CSV import refuses a byte-order mark and blank lines, which pipeplan could replay, because torch
     does not load them: the mark stays part of the first action, and every line of the file is a rank."""
-    from torch.distributed.pipelining.schedules import _Action
+    from torch.distributed.pipelining.schedules import _Action, _validate_schedule
 
     from pipeplan.torch_csv import from_torch_csv
 
     with pytest.raises(RuntimeError, match="Invalid action string"):
         _Action.from_str("\ufeff0F0")
     assert _Action.from_str("") is None  # an empty cell is idle: a row of them is a rank with nothing to run
+    rows = [[_Action.from_str(cell) for cell in line.split(",")] for line in ("0F0,0B0", "1F0,1B0", "")]
+    with pytest.raises(AssertionError, match="incorrect number of ranks - expected 2, actual 3"):
+        _validate_schedule(dict(enumerate(rows)), 2, 2, 1)  # what _load_csv runs on the file's rows
     problem = Problem.build(2, 1)
     for text in ("\ufeff0F0,0B0\n1F0,1B0\n", "0F0,0B0\n1F0,1B0\n\n", "0F0,0B0\n1F0,1B0\n,,\n"):
         with pytest.raises(ConfigError):
