@@ -111,7 +111,11 @@ def _optimal_row(budget: float, result: SolveResult) -> FrontierRow:
 
 
 def _infeasible_row(budget: float, reason: str) -> FrontierRow:
-    return FrontierRow(budget, "optimal", False, None, None, None, None, None, status=INFEASIBLE, note=reason)
+    """The row of a budget that admits no schedule. The reason comes from the problem with this budget, which
+    names the config's key; a sweep sets the budget itself, so it says "the budget" ("raise memory.budget" sent
+    the reader to a key the sweep ignores)."""
+    return FrontierRow(budget, "optimal", False, None, None, None, None, None, status=INFEASIBLE,
+                       note=reason.replace("memory.budget", "the budget"))
 
 
 def _replay(problem: Problem, schedule: Schedule, objective: str, bound: float) -> tuple[Timeline, Metrics, float,

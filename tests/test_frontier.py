@@ -78,7 +78,7 @@ def test_a_budget_below_one_activation_is_a_row_with_the_reason() -> None:
     rows = frontier(SPLIT, [0.5, 2], SETTINGS)
     (first, second) = optimizer_rows(rows)
     assert first.status == INFEASIBLE and not first.feasible and first.objective is None
-    assert "memory.budget (0.5) on device 0 is below one activation (1)" in first.note
+    assert "the budget (0.5) on device 0 is below one activation (1)" in first.note
     assert [row.budget for row in rows].count(0.5) == 1  # no named rows: no problem can be built there
     assert second.status != INFEASIBLE and second.objective is not None and second.note == ""
 
@@ -111,7 +111,7 @@ def test_a_budget_below_the_chunks_minimum_is_a_row_and_all_such_budgets_an_erro
     rows = frontier(VSHAPE, [0.75, 1.0], SETTINGS)
     infeasible = optimizer_rows(rows)[0]
     assert infeasible.status == INFEASIBLE
-    assert "raise memory.budget to at least 1" in infeasible.note
+    assert "raise the budget to at least 1" in infeasible.note
     # The problem exists at 0.75, so the named schedules are reported there, all over budget.
     named = [row for row in rows if row.budget == 0.75 and row.schedule != "optimal"]
     assert named and not any(row.feasible for row in named)
@@ -195,7 +195,7 @@ def test_frontier_command_writes_csv_and_a_self_contained_plot(
     assert captured.err == ""  # no progress display: not a terminal
     table = captured.out
     assert "makespan (units) against budget (slots)" in table
-    assert "budget 0.5: memory.budget (0.5) on device 0 is below one activation (1)" in table
+    assert "budget 0.5: the budget (0.5) on device 0 is below one activation (1)" in table
     with (out / "frontier.csv").open(encoding="utf-8", newline="") as file:
         rows = list(csv.DictReader(file))
     assert list(rows[0]) == list(FRONTIER_COLUMNS)
@@ -211,7 +211,7 @@ def test_frontier_command_writes_csv_and_a_self_contained_plot(
     table = html[html.index('<table class="frontier">'):html.index("</table>", html.index('<table class="frontier">'))]
     assert "<th>budget (slots)</th>" in table and "<th>lower bound</th>" in table
     assert '<td class="num">0.5</td>' in table and "INFEASIBLE" in table
-    assert "memory.budget (0.5) on device 0 is below one activation (1)" in table
+    assert "the budget (0.5) on device 0 is below one activation (1)" in table
     assert table.count("<tr>") == 1 + 6  # the header and one row a budget
     expected = ["frontier.csv", "frontier.html", *(["frontier.png"] if png else []), "store.sqlite"]
     assert sorted(p.name for p in out.iterdir()) == expected
