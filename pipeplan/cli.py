@@ -1007,7 +1007,8 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     from pipeplan.report.tables import format_memory, frontier_tables
 
     console = _console()
-    console.print(*frontier_tables(cfg.name, rows, settings.objective, cfg.units, console.width))
+    if rows:  # none when a Ctrl-C came before any budget finished: no empty frame
+        console.print(*frontier_tables(cfg.name, rows, settings.objective, cfg.units, console.width))
     for row in rows:
         if row.note:
             console.print(f"budget {format_memory(row.budget)}: {row.note}", style="yellow", soft_wrap=True)

@@ -211,6 +211,7 @@ def test_ctrl_c_during_a_budgets_solve_in_process_leaves_that_budget_out_of_the_
     assert code == INTERRUPTED
     assert "0 of 2 results came from the store" in captured.out and "0 ran, 2 did not (stopped)" in captured.out
     assert "interrupted: 0 of 2 budgets finished; run the same command again to resume" in captured.err
+    assert "┏" not in captured.out and "over the budget" not in captured.out  # no empty table and its footnote
     assert [p.name for p in out.iterdir()] == ["store.sqlite"]
     monkeypatch.setattr(pipeplan.frontier, "solve_checked", real_solve)
     assert main(argv) == 0
