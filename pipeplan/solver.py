@@ -269,7 +269,25 @@ def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
     """The smallest power of ten that makes every value a whole number of ticks (up to float noise), and whether
     one does that resolves a millionth of the largest value (values of 1e-9 need 10**9 ticks per unit to be
     whole: times and memory may be in any unit); never so large that ``total`` (the largest sum the model forms)
-    passes :data:`_MAX_TICKS`."""
+    passes :data:`_MAX_TICKS`. When no power of ten does, the smallest of its multiples by
+    :data:`_THIRDS_MULTIPLIERS` that does: a device's cost split over 3 chunks is in thirds (1.0 -> 0.333...), which
+    no power of ten makes whole, so CP-SAT solved a rounded relaxation and could not prove such a schedule optimal
+    (FEASIBLE, "gap 6e-05 %", where 6 ticks a unit make it exact)."""
+    scale, exact = _scale_among(values, total, (1,))
+    if exact:
+        return scale, True
+    thirds, exact = _scale_among(values, total, _THIRDS_MULTIPLIERS)
+    return (thirds, True) if exact else (scale, False)
+
+
+# Multipliers of a power of ten tried when no power of ten alone makes the costs whole: thirds, sixths, ninths and
+# twelfths (3, 6, 9 or 12 chunks of a device's cost, or a third of a half).
+_THIRDS_MULTIPLIERS = (3, 6, 9, 12)
+
+
+def _scale_among(values: Sequence[float], total: float, multipliers: Sequence[int]) -> tuple[int, bool]:
+    """For :func:`_scale_for`: the smallest scale m 10**e (m in ``multipliers``, ascending and below 100) that
+    makes every value whole, and True; else the finest scale tried and False."""
     positive = [abs(v) for v in values if v != 0]
     # Tried from the power at which the largest value is at least a tenth of a tick (the unit's 10**0 for values
     # from 0.1 up): no power below it makes that value a whole number of ticks.
@@ -279,12 +297,13 @@ def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
         start -= 1
     largest = 0
     for exponent in range(start, start + _MAX_SCALE_EXPONENT + 1):
-        scale = 10**exponent
-        if total * scale > _MAX_TICKS and exponent > 0:
-            break
-        largest = scale
-        if all(_is_whole(v * scale) for v in values):
-            return scale, True
+        for multiplier in multipliers:
+            scale = multiplier * 10**exponent
+            if total * scale > _MAX_TICKS and scale > 1:
+                return largest, False
+            largest = scale
+            if all(_is_whole(v * scale) for v in values):
+                return scale, True
     return largest, False
 
 
@@ -309,7 +328,8 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     """The problem in integer ticks for CP-SAT: (ticked problem, ticks per time unit, exact).
 
     Times are multiplied by the smallest power of ten (up to one that resolves a millionth of the largest time)
-    that makes every cost and latency whole, memory likewise. When no such power exists the ticked problem is a
+    that makes every cost and latency whole, or failing that by the smallest of its multiples by 3, 6, 9 or 12
+    (:func:`_scale_for`: thirds, from 3 chunks), memory likewise. When no such scale exists the ticked problem is a
     relaxation of the real one: durations and memory demands are rounded down and budgets up, so every real
     schedule stays feasible there and its lower bounds stay valid; the real problem's replay decides
     feasibility and values either way.

@@ -572,7 +572,7 @@ def test_import_pipeplan_loads_nothing_heavy() -> None:
 def test_the_library_never_prints_its_warnings_unless_the_application_asks() -> None:
     """Costs that are not whole ticks make the solver log a warning; a script that configured no logging used to
     get it on stderr (Python's last-resort handler). With logging configured it still comes through."""
-    solve = ("import pipeplan; pipeplan.solve(pipeplan.Problem.build(3, 4, forward=[1 / 3, 1.0, 1.0], budget=2), "
+    solve = ("import pipeplan; pipeplan.solve(pipeplan.Problem.build(3, 4, forward=[1 / 7, 1.0, 1.0], budget=2), "
              "time_limit_s=1, num_workers=1)")
     quiet = subprocess.run([sys.executable, "-c", solve], check=True, cwd=ROOT, timeout=120, capture_output=True,
                            text=True)
@@ -587,9 +587,9 @@ def test_the_command_line_prints_each_warning_once_however_many_budgets_log_it(t
     printed the same line once per budget; now once. A fresh process, as the command is (under pytest the harness
     owns logging, and the command then leaves it alone); the solver's default workers, so that the budgets are
     solved in this process, one after another."""
-    config = tmp_path / "thirds.yaml"
+    config = tmp_path / "sevenths.yaml"
     config.write_text("pipeline: {num_stages: 4, num_microbatches: 8, num_chunks: 2, placement: v}\n"
-                      "costs: {forward: 0.3333333333333, backward: 1.0, backward_weight: 0.5, comm: 0.03}\n"
+                      "costs: {forward: 0.1428571428571, backward: 1.0, backward_weight: 0.5, comm: 0.03}\n"
                       "memory: {weight_activation: 0.35, budget: 5}\nsolver: {time_limit_s: 0.5}\n")
     done = subprocess.run([sys.executable, "-c", "import sys; from pipeplan.entry import main; sys.exit(main())",
                            "frontier", str(config), "--budgets", "2:3:1", "--out", str(tmp_path / "out")],

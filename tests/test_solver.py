@@ -241,6 +241,22 @@ def test_costs_a_hair_below_whole_ticks_are_not_rounded_up() -> None:
     assert (scale, exact, ticked.forward[0], ticked.backward[0]) == (100, True, 29.0, 58.0)
 
 
+def test_costs_in_thirds_are_whole_ticks_and_their_optimum_is_proven() -> None:
+    """A device's costs split over 3 chunks are in thirds, which no power of ten makes whole: CP-SAT solved a
+    rounded-down relaxation, so the optimum came back FEASIBLE with a bound a hair below it (12.333321 against
+    12.333333). Six ticks a unit make them whole; the bound then reaches the optimum and proves it."""
+    problem = Problem.build(2, 4, forward=[1.0, 1.5], backward=1.0, backward_weight=0.5, num_chunks=3)
+    assert problem.forward[0] == 1 / 3 and problem.forward[1] == 0.5
+    ticked, scale, exact = solver_module.tick_problem(problem)
+    assert (scale, exact, ticked.forward[:2]) == (6, True, (2.0, 3.0))
+    result = solve(problem, time_limit_s=20, num_workers=2)
+    check_result(problem, result, "makespan")
+    assert result.status == OPTIMAL and result.lower_bound == pytest.approx(result.objective, rel=1e-12)
+    # Decimal costs keep their power of ten (the multiples are tried only when none makes them whole).
+    assert solver_module.tick_problem(Problem.build(2, 2, forward=0.5, comm=0.03))[1:] == (100, True)
+    assert solver_module.tick_problem(Problem.build(2, 2, forward=1 / 7))[2] is False
+
+
 def test_memory_that_is_not_whole_ticks_keeps_every_schedule_that_fits() -> None:
     """Three activations of 2/3 fit a budget of 2 exactly; the optimum is that of activation 1 with budget 3."""
     fields: dict[str, Any] = dict(num_stages=3, num_microbatches=6, forward=1.0, backward=1.0, backward_weight=0.5)
