@@ -25,14 +25,16 @@ def test_gantt_has_a_bar_per_op_at_its_time() -> None:
     bars = {}
     for trace in fig.data:
         for y, base, width, text, custom in zip(trace.y, trace.base, trace.x, trace.text, trace.customdata):
-            bars[custom[0]] = (y, base, width, text, custom[1], custom[2])
+            bars[custom[0]] = (y, base, width, text, custom[1], custom[2], custom[3])
     assert len(bars) == len(timeline.ops) == 3 * 4 * 3
     for op, device, start, end in zip(timeline.ops, timeline.device, timeline.start, timeline.end):
-        y, base, width, text, hover_start, hover_end = bars[op.label]
+        y, base, width, text, hover_start, hover_end, action = bars[op.label]
         assert y == f"device {device}"
         assert (base, base + width) == (start, end)
         assert text == str(op.microbatch)
         assert (hover_start, hover_end) == (start, end)
+        # as the exported CSV writes it: a split backward's B is I there (B1@s2 is 2I1)
+        assert action == f"{op.stage}{'I' if op.kind is OpKind.B else op.kind.value}{op.microbatch}"
     assert "start" in fig.data[0].hovertemplate and "end" in fig.data[0].hovertemplate
     assert fig.data[0].marker.color == KIND_COLOURS[OpKind.F]
 

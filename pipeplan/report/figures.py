@@ -22,6 +22,7 @@ from pipeplan.frontier import FrontierRow
 from pipeplan.metrics import memory_timeline
 from pipeplan.problem import OpKind
 from pipeplan.simulate import Timeline
+from pipeplan.torch_csv import action_text
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +51,9 @@ MAX_LABELLED_MICROBATCHES = 16
 def gantt_traces(timeline: Timeline, show_legend: bool = True, labels: bool | None = None) -> list[go.Bar]:
     """One horizontal bar trace per op kind: a bar per op from its start to its end, labelled by microbatch.
 
-    Hovering a bar shows the op (kind, microbatch, model stage), its start and its end. ``labels``: write the
-    microbatch on each bar; None does so up to :data:`MAX_LABELLED_MICROBATCHES` (labels that do not fit a bar
-    are hidden, and appear when an interactive figure is zoomed in).
+    Hovering a bar shows the op (kind, microbatch, model stage; and as the exported torch CSV writes it), its start
+    and its end. ``labels``: write the microbatch on each bar; None does so up to :data:`MAX_LABELLED_MICROBATCHES`
+    (labels that do not fit a bar are hidden, and appear when an interactive figure is zoomed in).
     """
     problem = timeline.problem
     labelled = problem.num_microbatches <= MAX_LABELLED_MICROBATCHES if labels is None else labels
@@ -64,12 +65,15 @@ def gantt_traces(timeline: Timeline, show_legend: bool = True, labels: bool | No
     device = np.asarray(timeline.device, dtype=int)
     device_labels = np.array([_device_label(d) for d in range(problem.num_devices)], dtype=object)
     op_labels = np.array([op.label for op in timeline.ops], dtype=object)
+    # the op as the exported torch CSV writes it (B5@s7 is 7I5 there when the backward is split)
+    actions = np.array([action_text(problem, op) for op in timeline.ops], dtype=object)
     microbatches = np.array([str(op.microbatch) for op in timeline.ops], dtype=object)
     traces = []
     for kind in problem.kinds:
         picked = np.flatnonzero(kinds == kind.value)
-        hover = np.empty((len(picked), 3), dtype=object)  # what a hovered bar shows: op, start, end
+        hover = np.empty((len(picked), 4), dtype=object)  # what a hovered bar shows: op, start, end, torch action
         hover[:, 0], hover[:, 1], hover[:, 2] = op_labels[picked], start[picked], end[picked]
+        hover[:, 3] = actions[picked]
         traces.append(
             go.Bar(
                 orientation="h",
@@ -84,8 +88,8 @@ def gantt_traces(timeline: Timeline, show_legend: bool = True, labels: bool | No
                 textposition="inside" if labelled else "none",
                 insidetextanchor="middle",
                 customdata=hover,
-                hovertemplate="%{customdata[0]}<br>start %{customdata[1]:.4g}<br>end %{customdata[2]:.4g}"
-                "<extra></extra>",
+                hovertemplate="%{customdata[0]} (torch CSV: %{customdata[3]})<br>start %{customdata[1]:.4g}<br>end "
+                "%{customdata[2]:.4g}<extra></extra>",
             )
         )
     return traces
