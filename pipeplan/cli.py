@@ -29,7 +29,7 @@ from pipeplan.config import MAX_SEED, MAX_WORKERS, OBJECTIVES, Config, SolverSet
 from pipeplan.frontier import SweepProgress, frontier
 from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
-from pipeplan.problem import ConfigError, PipeplanError, did_you_mean, shown
+from pipeplan.problem import ConfigError, PipeplanError, counted, did_you_mean, shown
 from pipeplan.report.files import (
     CSV_FLOAT_FORMAT,
     WriteInterrupted,
@@ -320,8 +320,7 @@ class _ProgressLine(_StatusLine):
                 self.started = time.monotonic()
                 self.lines.offer(self.__rich__, always=True)  # each budget's start
                 return
-            self.prefix = format_sweep(report, self.memory_unit)
-            report = report.solve
+            report = report.solve  # the prefix is the budget's, set by its start report (frontier sends one first)
         self.phase = "solving"
         if report.objective is not None:
             self.objective = report.objective
@@ -659,19 +658,18 @@ def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, 
                           "with --schedule)")
     target = out if out is not None else folder / f"{name}.torch.csv"
     problem = results.config.problem
-    timeline = results.timelines[name]
-    _write_output(target, to_torch_csv(problem, timeline.schedule), force=force,
-                  what=f": schedule {name}, {_counted(problem.num_devices, 'rank')}, "
-                  f"{_counted(problem.num_model_stages, 'stage')}, "
-                  f"{_counted(problem.num_microbatches, 'microbatch', 'microbatches')}, {problem.placement} placement")
-    if not compute_metrics(timeline).feasible:
-        from pipeplan.report.tables import format_memory, over_budget_notes
+    _write_output(target, to_torch_csv(problem, results.timelines[name].schedule), force=force,
+                  what=f": schedule {name}, {counted(problem.num_devices, 'rank')}, "
+                  f"{counted(problem.num_model_stages, 'stage')}, "
+                  f"{counted(problem.num_microbatches, 'microbatch', 'microbatches')}, {problem.placement} placement")
+    row = next(row for row in results.summary["schedules"] if row["schedule"] == name)
+    if not row["feasible"]:  # read_results replayed it and checked the summary's figures
+        from pipeplan.report.tables import format_memory, over_budget_note
 
-        row = next(row for row in results.summary["schedules"] if row["schedule"] == name)
         budget = results.summary["memory_budget"]
-        over = (over_budget_notes({**results.summary, "schedules": [row]}, results.config.units)[0]
-                if isinstance(budget, list) else f"{name} peaks at {format_memory(row['peak_memory'])} "
-                f"{results.config.units.memory}, over the budget of {format_memory(budget)}")
+        over = (over_budget_note(row, budget, results.config.units) if isinstance(budget, list)
+                else f"{name} peaks at {format_memory(row['peak_memory'])} {results.config.units.memory}, over the "
+                f"budget of {format_memory(budget)}")
         click.echo(f"note: {over}; torch holds that much when it runs the file", err=True)
 
 
@@ -686,11 +684,6 @@ def _why_not_solved(summary: dict[str, Any], name: str) -> str:
                     f"{row.get('placement')}), which the solve only compared; set them under pipeline: and solve "
                     "again to export it")
     return ""
-
-
-def _counted(count: int, noun: str, plural: str | None = None) -> str:
-    """``count`` and ``noun``, plural unless it is 1: "1 rank", "4 ranks"."""
-    return f"{count} {noun if count == 1 else (plural or noun + 's')}"
 
 
 def _is_stdout(target: Path) -> bool:
@@ -802,7 +795,7 @@ class _SweepPlace:
     def __init__(self, out: Path | None, force: bool, store_path: Path | None, jobs: int | None,
                  ray_address: str | None) -> None:
         self.out = out
-        if out is not None and store_path is not None and _lies_in(store_path, out):
+        if out is not None and store_path is not None and store_path.resolve().is_relative_to(out.resolve()):
             if store_path.resolve() != (out / STORE_NAME).resolve():
                 # the result folder replaces DIR whole: a store elsewhere in it went with it
                 raise ConfigError(f"--store {str(store_path)!r} lies inside --out {str(out)!r}, which the result "
@@ -869,12 +862,6 @@ class _SweepPlace:
                           style="yellow", highlight=False)
             for label, error in failures.items():
                 console.print(f"  {label}: {error}", style="yellow", soft_wrap=True, highlight=False)
-
-
-def _lies_in(path: Path, folder: Path) -> bool:
-    """Whether ``path`` is ``folder`` or lies inside it (paths resolved, neither need exist)."""
-    inner, outer = path.resolve(), folder.resolve()
-    return inner == outer or outer in inner.parents
 
 
 def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, written: Path | None = None,
@@ -1138,7 +1125,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     skipped = int(result.frame["skipped"].notna().sum())
     over = int((result.frame["skipped"].isna() & ~result.frame["fits"]).sum())
     rows_at = "see sweep.csv" if out is not None else "--out DIR writes every row, and why, to DIR/sweep.csv"
-    console.print(f"{len(result.frame)} row{'s' if len(result.frame) != 1 else ''}: "
+    console.print(f"{counted(len(result.frame), 'row')}: "
                   f"{int(result.frame['fits'].sum())} fit, {over} over memory, "
                   f"{skipped} skipped ({rows_at})", style="dim", soft_wrap=True)
     place.summary(console, stats.total, stats.reused, stats.ran, stats.failures)

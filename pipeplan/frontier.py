@@ -29,7 +29,7 @@ from pipeplan.config import SolverSettings
 from pipeplan.executors import Executor
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.planner import evaluate_named
-from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect
+from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect, renamed
 from pipeplan.schedule import Schedule
 from pipeplan.simulate import Timeline, simulate
 from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve_checked
@@ -115,7 +115,7 @@ def _infeasible_row(budget: float, reason: str) -> FrontierRow:
     names the config's key; a sweep sets the budget itself, so it says "the budget" ("raise memory.budget" sent
     the reader to a key the sweep ignores)."""
     return FrontierRow(budget, "optimal", False, None, None, None, None, None, status=INFEASIBLE,
-                       note=reason.replace("memory.budget", "the budget"))
+                       note=renamed(reason, {"memory.budget": "the budget"}))
 
 
 def _replay(problem: Problem, schedule: Schedule, objective: str, bound: float) -> tuple[Timeline, Metrics, float,

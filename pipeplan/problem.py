@@ -74,8 +74,13 @@ def fields_named_as(names: Mapping[str, str]) -> Iterator[None]:
     try:
         yield
     except ConfigError as exc:
-        message = re.sub(r"\b(?:pipeline|costs|memory|solver)\.\w+", lambda m: names.get(m[0], m[0]), str(exc))
-        raise ConfigError(message) from None
+        raise ConfigError(renamed(str(exc), names)) from None
+
+
+def renamed(text: str, names: Mapping[str, str]) -> str:
+    """``text`` with every config field of ``names`` it mentions (e.g. "memory.budget") replaced by its name
+    there (see :func:`fields_named_as`)."""
+    return re.sub(r"\b(?:pipeline|costs|memory|solver)\.\w+", lambda m: names.get(m[0], m[0]), text)
 
 
 # :attr:`Op.label` in a text (a schedule's error): groups kind, microbatch, model stage.
@@ -95,6 +100,11 @@ def python_reason(exc: BaseException, limit: int = 160) -> str:
     """Python's own reason for refusing a value (a whole number of more than 4300 digits, nesting too deep) for a
     message, without its advice to raise its limit, at most ``limit`` characters."""
     return shown(str(exc).split(";")[0], limit, quote=False)
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun``, plural unless it is 1: "1 rank", "4 ranks" (``plural`` when not noun + "s")."""
+    return f"{count} {noun if count == 1 else (plural or noun + 's')}"
 
 
 def shown(value: object, limit: int = 80, quote: bool = True) -> str:
@@ -193,7 +203,7 @@ def _expand(
             accepted += f" or {num_model_stages} (one per model stage)"
         spaced = len(values) == 1 and _spaced_numbers(values[0])
         commas = f" (it holds one text, {shown(values[0])}: separate a list's numbers with commas)" if spaced else ""
-        raise ConfigError(f"{name} has {len(values)} value{'s' if len(values) != 1 else ''}{commas}; give a single "
+        raise ConfigError(f"{name} has {counted(len(values), 'value')}{commas}; give a single "
                           f"number or a list of {accepted}")
     numbers: list[float] = []
     for item in values:

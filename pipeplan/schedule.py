@@ -10,7 +10,7 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeplan.problem import A_PROBLEM, Op, PipeplanError, Problem, expect, shown
+from pipeplan.problem import A_PROBLEM, Op, PipeplanError, Problem, counted, expect, shown
 
 
 class ScheduleError(PipeplanError):
@@ -103,6 +103,5 @@ def check_complete(problem: Problem, schedule: Schedule) -> None:
     if sum(seen) != expected:
         missing = [op.label for op in problem.all_ops() if not seen[number(op)]]
         more = ", ..." if len(missing) > 10 else ""
-        ops = "op" if len(missing) == 1 else "ops"
-        raise ScheduleError(f"schedule {schedule.name!r} is missing {len(missing)} {ops}: "
+        raise ScheduleError(f"schedule {schedule.name!r} is missing {counted(len(missing), 'op')}: "
                             f"{', '.join(missing[:10])}{more}")

@@ -125,15 +125,15 @@ class StoredRow:
     kind: str
     label: str
     record: dict[str, Any] | None
-    problem_json: str | None
-    orders_json: str | None
+    problem_data: dict[str, Any] | None  # the problem's record (:func:`problem_record`), as read from its JSON
+    orders_data: dict[str, Any] | None  # the schedule's record (:func:`orders_record`), as read from its JSON
     error: str | None
 
     def problem(self) -> Problem | None:
-        return None if self.problem_json is None else problem_from_record(json.loads(self.problem_json))
+        return None if self.problem_data is None else problem_from_record(self.problem_data)
 
     def schedule(self) -> Schedule | None:
-        return None if self.orders_json is None else schedule_from_record(json.loads(self.orders_json))
+        return None if self.orders_data is None else schedule_from_record(self.orders_data)
 
 
 @dataclass(frozen=True)
@@ -298,25 +298,20 @@ class Store:
 
     def _row(self, key: str, kind: str, label: str, record: str | None, problem: str | None, orders: str | None,
              error: str | None) -> StoredRow:
-        """A row as read, its JSON checked (edited by hand, a flipped byte): the record and problem objects, the
-        orders an object with a list of orders."""
+        """A row as read, its JSON read once and checked (edited by hand, a flipped byte): the record and problem
+        objects, the orders an object with a list of orders."""
         try:
-            fields = None if record is None else json.loads(record)
-            shapes = [(fields, "record")]
-            if problem is not None:
-                shapes.append((json.loads(problem), "problem"))
-            if orders is not None:
-                parsed = json.loads(orders)
-                shapes.append((parsed, "schedule"))
-                if isinstance(parsed, dict) and not isinstance(parsed.get("orders"), list):
-                    raise ValueError("its schedule has no list of orders")
-            for value, what in shapes:
+            fields, problem_data, orders_data = (None if text is None else json.loads(text)
+                                                 for text in (record, problem, orders))
+            for value, what in ((fields, "record"), (problem_data, "problem"), (orders_data, "schedule")):
                 if value is not None and not isinstance(value, dict):
                     raise ValueError(f"its {what} is not a JSON object")
+            if orders_data is not None and not isinstance(orders_data.get("orders"), list):
+                raise ValueError("its schedule has no list of orders")
         except ValueError as exc:  # json.JSONDecodeError is one
             raise StoreError(f"the store {str(self.path)!r} has a damaged row ({kind} {label!r}, key {key[:12]}...): "
                              f"{exc}") from exc
-        return StoredRow(key, kind, label, fields, problem, orders, error)
+        return StoredRow(key, kind, label, fields, problem_data, orders_data, error)
 
     def put(self, key: str, kind: str, label: str, output: TaskOutput | None = None, error: str | None = None) -> None:
         """Write one row in its own transaction (replacing a failed row of the same key)."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from pipeplan.problem import OP_LABEL, ConfigError, Op, OpKind, Problem, expect, shown
+from pipeplan.problem import OP_LABEL, ConfigError, Op, OpKind, Problem, counted, expect, shown
 from pipeplan.reading import TORCH_CSV_BYTES, decoded, read_text
 from pipeplan.schedule import Schedule, ScheduleError
 from pipeplan.simulate import simulate
@@ -137,7 +137,7 @@ class _Reader:
         actions = [a for row_actions in parsed for a in row_actions]
         if len(rows) != problem.num_devices:
             self.check_one_rank_a_stage(actions)
-            count = "no rows" if not rows else f"{len(rows)} row{'' if len(rows) == 1 else 's'}"
+            count = "no rows" if not rows else counted(len(rows), "row")
             raise ConfigError(f"{self.source} has {count} (one per rank), but the config has "
                               f"pipeline.num_stages: {problem.num_devices}; give a file for that many ranks or "
                               "change the config")

@@ -27,6 +27,7 @@ from pipeplan import (
     solve,
 )
 from pipeplan.cli import USER_ERROR, main
+from pipeplan.problem import counted
 from pipeplan.torch_csv import from_torch_csv, read_torch_csv, to_torch_csv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -318,8 +319,7 @@ def test_why_not_solved_names_another_layout() -> None:
         ": it runs on another layout (num_chunks: 2, placement: v), which the solve only compared; set them under "
         "pipeline: and solve again to export it")
     assert pipeplan.cli._why_not_solved(summary, "nope") == ""
-    assert pipeplan.cli._counted(1, "rank") == "1 rank" and pipeplan.cli._counted(2, "microbatch", "microbatches") \
-        == "2 microbatches"
+    assert counted(1, "rank") == "1 rank" and counted(2, "microbatch", "microbatches") == "2 microbatches"
 
 
 def test_simulate_reads_a_torch_csv_from_stdin(result_folder: Path, capsys: pytest.CaptureFixture[str],

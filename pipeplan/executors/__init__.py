@@ -70,6 +70,12 @@ def call(function: Callable[[Any], Any], index: int, item: Any) -> TaskResult:
         return TaskResult(index, error=describe(exc))
 
 
+def check_jobs(jobs: object, what: str = "jobs") -> None:
+    """Raise :class:`ConfigError` unless ``jobs`` (named ``what``) is None or a whole number >= 1."""
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ConfigError(f"{what} must be a whole number >= 1, got {jobs!r}")
+
+
 def make_executor(jobs: int | None = None, ray: str | None = None) -> Executor:
     """The executor the command line asks for: Ray at ``ray`` ("auto", "local" or an address) when given, else
     a local pool of ``jobs`` processes (default: the machine's cores)."""

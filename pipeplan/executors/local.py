@@ -15,8 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from pipeplan.executors import ShouldStop, TaskResult, call, describe
-from pipeplan.problem import ConfigError
+from pipeplan.executors import ShouldStop, TaskResult, call, check_jobs, describe
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +88,7 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, jobs: int | None = None) -> None:
-        if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-            raise ConfigError(f"jobs must be a whole number >= 1, got {jobs!r}")
+        check_jobs(jobs)
         if jobs is not None and jobs > MAX_JOBS:
             log.warning("%d local worker processes asked for, %d started: at most 4 a core on this machine (%s cores; "
                         "each process takes about 150 MB, and more than one a core only shares it)", jobs, MAX_JOBS,

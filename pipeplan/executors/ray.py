@@ -16,8 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pipeplan
-from pipeplan.executors import ExecutorError, ShouldStop, TaskResult, call
-from pipeplan.problem import ConfigError
+from pipeplan.executors import ExecutorError, ShouldStop, TaskResult, call, check_jobs
 
 # Seconds to wait for a TCP connection to a given cluster address before calling it unreachable.
 _CONNECT_TIMEOUT_S = 3.0
@@ -83,9 +82,7 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, address: str = "local", num_cpus: int | None = None) -> None:
-        if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
-            # 0 started a cluster without CPUs, on which every task waited forever
-            raise ConfigError(f"jobs (the Ray cluster's CPUs) must be a whole number >= 1, got {num_cpus!r}")
+        check_jobs(num_cpus, "jobs (the Ray cluster's CPUs)")  # 0 started a cluster on which every task waited for ever
         self.address = address
         self.num_cpus = num_cpus
         self._ray: Any = None

@@ -23,6 +23,7 @@ from plotly.offline import get_plotlyjs
 from pipeplan import __version__
 from pipeplan.config import Config, Units
 from pipeplan.frontier import FrontierRow
+from pipeplan.problem import counted
 from pipeplan.report.figures import gantt, memory_per_device, slug, utilization_bars
 from pipeplan.report.files import Results, read_results
 from pipeplan.report.tables import format_gap, format_memory, frontier_grid
@@ -92,8 +93,8 @@ def _glance(summary: dict[str, Any], config: Config) -> str:
         (f"kept until W ({units.memory})", _values(problem.weight_activation) if split else "-"),
         (f"budget per device ({units.memory})", _values(problem.budget)),
         ("objective", f"{summary['objective'].replace('_', ' ')} (lower is better)"),
-        ("solver", f"time limit {_num(solver.time_limit_s)} s, {solver.num_workers} "
-                   f"worker{'s' if solver.num_workers != 1 else ''}, seed {solver.random_seed}"),
+        ("solver", f"time limit {_num(solver.time_limit_s)} s, {counted(solver.num_workers, 'worker')}, seed "
+                   f"{solver.random_seed}"),
     ]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f'<table class="glance">{body}</table>'
@@ -137,8 +138,12 @@ def frontier_table(rows: Sequence[FrontierRow], objective: str, units: Units) ->
     lines = ['<div class="scroll"><table class="frontier"><caption>'
              f"{html.escape(objective.replace('_', ' '))} ({html.escape(units.time)}) at each budget; (value) = over "
              "the budget</caption><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    notes: dict[float, list[str]] = {}  # keyed by budget: its rows' notes
+    for row in rows:
+        if row.note:
+            notes.setdefault(row.budget, []).append(row.note)
     for budget, cells in grid:
-        note = "; ".join(row.note for row in rows if row.budget == budget and row.note)
+        note = "; ".join(notes.get(budget, []))
         lines.append("<tr>" + "".join(f'<td class="num">{html.escape(f"({text})" if over else text)}</td>'
                                       for text, over in cells)
                      + f"<td>{html.escape(note)}</td></tr>")  # the note reads left to right

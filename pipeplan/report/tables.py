@@ -123,17 +123,17 @@ def over_budget_notes(summary: dict[str, Any], units: Units) -> list[str]:
     budget = summary.get("memory_budget")
     if not isinstance(budget, list):
         return []
-    notes = []
-    for row in summary["schedules"]:
-        if row["feasible"]:
-            continue
-        over = [f"{d} ({format_memory(peak)} against {format_memory(limit)})"
-                for d, (peak, limit) in enumerate(zip(row["peak_memory_per_device"], budget))
-                if peak > limit * (1 + 1e-9)]
-        more = f" and {len(over) - 3} more" if len(over) > 3 else ""
-        notes.append(f"{row['schedule']} is over the budget on device{'s' if len(over) > 1 else ''} "
-                     f"{', '.join(over[:3])}{more} (in {units.memory})")
-    return notes
+    return [over_budget_note(row, budget, units) for row in summary["schedules"] if not row["feasible"]]
+
+
+def over_budget_note(row: dict[str, Any], budget: Sequence[float], units: Units) -> str:
+    """The line of :func:`over_budget_notes` for one schedule's summary row over the per-device ``budget``."""
+    over = [f"{d} ({format_memory(peak)} against {format_memory(limit)})"
+            for d, (peak, limit) in enumerate(zip(row["peak_memory_per_device"], budget))
+            if peak > limit * (1 + 1e-9)]
+    more = f" and {len(over) - 3} more" if len(over) > 3 else ""
+    return (f"{row['schedule']} is over the budget on device{'s' if len(over) > 1 else ''} "
+            f"{', '.join(over[:3])}{more} (in {units.memory})")
 
 
 def frontier_grid(rows: Sequence[FrontierRow], fmt: Callable[[float], str]

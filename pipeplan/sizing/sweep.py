@@ -20,7 +20,7 @@ import pandas as pd
 
 from pipeplan.executors import Executor, ShouldStop
 from pipeplan.executors.local import LocalExecutor
-from pipeplan.problem import ConfigError, expect
+from pipeplan.problem import ConfigError, counted, expect
 from pipeplan.schedule import NotApplicable
 from pipeplan.sizing.build import SizedProblem, build_problem, optimizer_variant
 from pipeplan.sizing.estimate import (
@@ -454,7 +454,7 @@ def require_fitting(frame: pd.DataFrame) -> None:
     if any("not divisible by" in reason and "model stages" in reason for reason in reasons):
         fixes.append("options.balanced: true (balanced=True in Python) for layers that do not divide evenly")
     fix = f"; to fit, try {'; or '.join(fixes)}" if fixes else ""
-    count = f"{len(reasons)} candidate{'s' if len(reasons) != 1 else ''}"
+    count = counted(len(reasons), "candidate")
     raise ConfigError(f"no configuration of the search space {what} ({count}){fix}. Per candidate: {listed}{more}")
 
 
