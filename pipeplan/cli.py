@@ -826,13 +826,32 @@ class _SweepPlace:
                     self.created = self.out
                     while not self.created.parent.exists():
                         self.created = self.created.parent
-                    self.out.mkdir(parents=True)
+                    self.out.mkdir(parents=True, exist_ok=True)  # exist_ok: another run may have just made it
                     self.force = True  # the folder now holds only the store: the result replaces it
+                if self.in_out and self.out is not None:
+                    self._hold(self.out)
                 self.store = self.stack.enter_context(Store(self.store_path))
         except BaseException:
             self.stack.close()
             raise
         return self
+
+    def _hold(self, folder: Path) -> None:
+        """Hold --out for this run (an advisory lock on the folder, released when the run ends), so that a sweep
+        started on the same folder meanwhile is refused, rather than resuming this run's unfinished folder and
+        replacing it with its own result. The folder is locked, not the store file: SQLite keeps its own locks on
+        that file, and closing another handle to it would release them."""
+        try:
+            import fcntl
+        except ImportError:  # not a POSIX system: no lock
+            return
+        handle = os.open(folder, os.O_RDONLY)
+        self.stack.callback(os.close, handle)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another pipeplan run is writing {str(folder)!r} (a sweep with the same --out); "
+                              "wait for it to end, or pick another --out") from None
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         self.stack.close()

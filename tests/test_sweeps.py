@@ -419,6 +419,34 @@ def test_a_store_named_inside_out_is_kept_or_refused(capsys: pytest.CaptureFixtu
     assert kept == ["frontier.csv", "frontier.html", "store.sqlite"]
 
 
+def test_a_sweep_on_an_out_folder_that_another_run_is_writing_is_refused(capsys: pytest.CaptureFixture[str],
+                                                                         tmp_path: Path) -> None:
+    """A second sweep on the same --out while the first runs resumed the first's unfinished folder (it holds only
+    the store) and replaced it with its own result: it is refused now, the folder and its store untouched. The
+    first run is stood in for by this test holding the folder's lock (as a running sweep does)."""
+    import fcntl
+
+    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
+    out = tmp_path / "out"
+    out.mkdir()
+    with Store(out / "store.sqlite"):
+        pass  # an unfinished sweep: a folder holding only its store
+    sweep = ["frontier", str(config), "--time-limit", "0.2", "--workers", "1", "--jobs", "1", "--quiet", "--no-png",
+             "--budgets", "2:3:1", "--out", str(out)]
+    handle = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code = main(sweep)
+    finally:
+        os.close(handle)
+    err = capsys.readouterr().err
+    assert code == USER_ERROR and f"another pipeplan run is writing {str(out)!r}" in err, err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in out.iterdir()) == ["store.sqlite"] and store_count(out / "store.sqlite") == 0
+    assert main(sweep) == 0  # the lock released: the sweep resumes the folder
+    assert (out / "frontier.csv").exists() and store_count(out / "store.sqlite") == 2
+
+
 def test_a_damaged_row_runs_again_and_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                caplog: pytest.LogCaptureFixture) -> None:
     """A row whose JSON does not read (edited by hand, a flipped byte) was an internal error (JSONDecodeError) in
