@@ -34,7 +34,7 @@ from pipeplan.schedule import Schedule
 from pipeplan.simulate import Timeline, simulate
 from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve_checked
 from pipeplan.store import Progress as TaskProgress
-from pipeplan.store import Store, Task, TaskOutput, record_of, run_tasks, schedule_of, task_key
+from pipeplan.store import Store, StoredRow, Task, TaskOutput, record_of, run_tasks, schedule_of, task_key
 
 log = logging.getLogger(__name__)
 
@@ -288,6 +288,28 @@ def _solve_budget(job: tuple[Problem, SolverSettings, StopRequest | None]) -> Ta
     return TaskOutput.of(record, problem, result.schedule)
 
 
+# What a stored record of a budget that has a schedule holds, besides the schedule and the named metrics.
+_SOLVED_FIELDS = ("lower_bound", "solve_time_s", "source")
+
+
+def _check_stored(row: StoredRow) -> None:
+    """Refuse (ValueError) a stored budget the frontier cannot read, which then runs again (see
+    :meth:`pipeplan.store.Store.get`): a record that neither says why no schedule fits nor has the fields and the
+    schedule of a solve. Named metrics that do not read are replayed instead (:func:`_named_metrics`)."""
+    record = row.record or {}
+    if "infeasible" in record:
+        return
+    missing = [name for name in _SOLVED_FIELDS if name not in record]
+    if missing:
+        raise ValueError(f"its record lacks {', '.join(missing)}")
+    try:
+        float(record["lower_bound"]), float(record["solve_time_s"])
+        if schedule_of(row) is None:
+            raise ValueError("it has no schedule")
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"its record or schedule does not read ({exc!r})") from None
+
+
 def _named_metrics(problem: Problem, record: dict[str, Any]) -> list[Metrics]:
     """The named schedules' metrics at one budget: as its task's record has them, or replayed here for a record
     without them (written by an earlier pipeplan, or damaged)."""
@@ -315,7 +337,7 @@ def _frontier_tasks(problem: Problem, ordered: list[float], settings: SolverSett
                           (p, settings, stop)) for budget, p in at.items()}  # keyed by budget
     outcome = run_tasks(list(tasks.values()), _solve_budget, kind="frontier", executor=executor, store=store,
                         refresh=refresh, num_cpus=settings.num_workers, progress=progress,
-                        should_stop=None if stop is None else (lambda: stop.requested))
+                        should_stop=None if stop is None else (lambda: stop.requested), check=_check_stored)
     stats.update(total=len(tasks), reused=outcome.reused, ran=outcome.ran,
                  failures={tasks[b].label: outcome.failures[t.key] for b, t in tasks.items()
                            if t.key in outcome.failures})

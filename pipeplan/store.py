@@ -274,8 +274,10 @@ class Store:
     def close(self) -> None:
         self._db.close()
 
-    def get(self, keys: Iterable[str]) -> dict[str, StoredRow]:
-        """The successful rows among ``keys``, keyed by key (failed rows are not returned: they run again)."""
+    def get(self, keys: Iterable[str], check: Callable[[StoredRow], None] | None = None) -> dict[str, StoredRow]:
+        """The successful rows among ``keys``, keyed by key (failed rows are not returned: they run again). A row
+        whose JSON does not read, or that ``check`` refuses (a ValueError naming what the row lacks, as a record
+        edited by hand to ``{}`` would), is left out with a warning: its task runs again and replaces it."""
         found: dict[str, StoredRow] = {}  # keyed by task key
         wanted = list(keys)
         for start in range(0, len(wanted), 500):
@@ -285,7 +287,13 @@ class Store:
                     f"SELECT key, kind, label, record, problem, orders, error FROM results WHERE key IN ({marks}) "
                     "AND error IS NULL", chunk):
                 try:
-                    found[key] = self._row(key, kind, label, record, problem, orders, error)
+                    row = self._row(key, kind, label, record, problem, orders, error)
+                    if check is not None:
+                        try:
+                            check(row)
+                        except ValueError as exc:
+                            raise self._damaged(kind, label, key, exc) from exc
+                    found[key] = row
                 except StoreError as exc:  # left out: the task runs again and its row is replaced
                     log.warning("%s; running it again", exc)
         return found
@@ -309,9 +317,12 @@ class Store:
             if orders_data is not None and not isinstance(orders_data.get("orders"), list):
                 raise ValueError("its schedule has no list of orders")
         except ValueError as exc:  # json.JSONDecodeError is one
-            raise StoreError(f"the store {str(self.path)!r} has a damaged row ({kind} {label!r}, key {key[:12]}...): "
-                             f"{exc}") from exc
+            raise self._damaged(kind, label, key, exc) from exc
         return StoredRow(key, kind, label, fields, problem_data, orders_data, error)
+
+    def _damaged(self, kind: str, label: str, key: str, why: Exception) -> StoreError:
+        return StoreError(f"the store {str(self.path)!r} has a damaged row ({kind} {label!r}, key {key[:12]}...): "
+                          f"{why}")
 
     def put(self, key: str, kind: str, label: str, output: TaskOutput | None = None, error: str | None = None) -> None:
         """Write one row in its own transaction (replacing a failed row of the same key)."""
@@ -380,16 +391,19 @@ class Outcome:
 def run_tasks(tasks: Sequence[Task], function: Callable[[Any], TaskOutput], *, kind: str, executor: Executor | None,
               store: Store | None = None, refresh: bool = False, num_cpus: int = 1,
               progress: Callable[[Progress], None] | None = None, should_stop: ShouldStop | None = None,
-              done_before: tuple[int, int, int, int] = (0, 0, 0, 0)) -> Outcome:
+              done_before: tuple[int, int, int, int] = (0, 0, 0, 0),
+              check: Callable[[StoredRow], None] | None = None) -> Outcome:
     """Every task's output: taken from ``store`` when there (unless ``refresh``), else run on ``executor`` (this
     process when None) and written to ``store`` as it finishes. A task that raises is recorded (in the outcome
     and the store) and the others go on. ``done_before`` is (done, total, reused, failed) of earlier phases of
-    the same sweep, for progress. A task whose output is ``cut_short`` (a stop reached it in this process) ends
-    the loop: it is not stored, not returned and not counted as run, so the outcome is ``stopped``."""
+    the same sweep, for progress; ``check`` refuses a stored row its reader could not use (see
+    :meth:`Store.get`), which then runs again. A task whose output is ``cut_short`` (a stop reached it in this
+    process) ends the loop: it is not stored, not returned and not counted as run, so the outcome is
+    ``stopped``."""
     from pipeplan.executors import call
 
     unique = list({task.key: task for task in tasks}.values())
-    stored = {} if store is None or refresh else store.get(task.key for task in unique)
+    stored = {} if store is None or refresh else store.get((task.key for task in unique), check)
     outcome = Outcome(records=dict(stored), failures={}, reused=len(stored), ran=0, stopped=False)
     todo = [task for task in unique if task.key not in stored]
     before_done, before_total, before_reused, before_failed = done_before

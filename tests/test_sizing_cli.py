@@ -5,8 +5,10 @@ matched to its message, with exit status 2, no traceback and nothing written."""
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 import signal
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -306,3 +308,25 @@ def test_load_study_checks_the_names_it_will_use(tmp_path: Path, change: dict[st
     """A typo in the hardware, a schedule or a model file used to load and fail only when the study ran."""
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_study(write_study(tmp_path, {**GOOD, **change}))
+
+
+def test_a_stored_row_without_its_fields_runs_again(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """A stored record that reads as JSON but lacks its fields (edited to {}) was taken as it was: the
+    configurations it stood for looked as if nothing fitted. It now runs again, named in a warning."""
+    study = write_study(tmp_path, {**GOOD, "num_gpus": [8], "search": {**GOOD["search"], "tensor_parallel": [1],
+                                                                       "schedules": ["1f1b"]}})
+    store = tmp_path / "s.sqlite"
+    code, first, _ = run(capsys, "size", study, "--store", str(store), "--quiet")
+    assert code == 0
+    db = sqlite3.connect(store)
+    with db:
+        db.execute("UPDATE results SET record = '{}'")
+    db.close()
+    with caplog.at_level(logging.WARNING, logger="pipeplan.store"):
+        code, again, _ = run(capsys, "size", study, "--store", str(store), "--quiet")
+    assert code == 0
+    assert "its record lacks " in caplog.text and "running it again" in caplog.text
+    assert "0 of " in again and "results came from the store" in again
+    table = [line for line in first.splitlines() if "1f1b" in line]
+    assert table and table == [line for line in again.splitlines() if "1f1b" in line]

@@ -476,6 +476,30 @@ def test_a_damaged_row_runs_again_and_is_named(capsys: pytest.CaptureFixture[str
         assert len(opened.rows()) == 3  # the damaged rows replaced
 
 
+def test_a_stored_record_without_its_fields_runs_again(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """A record that reads as JSON but lacks what the frontier reads (edited to {}) was an internal error
+    (KeyError: 'source'): it now runs again, named in a warning, like a row whose JSON does not read."""
+    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
+    store = tmp_path / "s.sqlite"
+    sweep = ["frontier", str(config), "--budgets", "2:3:1", "--time-limit", "0.2", "--workers", "1", "--jobs", "1",
+             "--quiet", "--store", str(store)]
+    assert main(sweep) == 0
+    db = sqlite3.connect(store)
+    with db:
+        db.execute("UPDATE results SET record = '{}' WHERE label = 'budget 3'")
+    db.close()
+    capsys.readouterr()
+    with caplog.at_level(logging.WARNING, logger="pipeplan.store"):
+        assert main(sweep) == 0
+    captured = capsys.readouterr()
+    assert "1 of 2 results came from the store" in captured.out and "internal error" not in captured.err
+    assert ("damaged row (frontier 'budget 3', key " in caplog.text
+            and "its record lacks lower_bound, solve_time_s, source; running it again" in caplog.text)
+    with Store(store) as opened:
+        assert all(row.record for row in opened.rows())  # replaced
+
+
 def test_a_store_under_a_file_names_that_file(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     with pytest.raises(StoreError, match=r"cannot create the store .*: '.*afile' is a file, not a folder; pick "):

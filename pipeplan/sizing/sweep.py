@@ -39,7 +39,7 @@ from pipeplan.sizing.models import Model, load_model
 from pipeplan.sizing.records import positive_number
 from pipeplan.sizing.setup import RECOMPUTE_MODES, Setup, constraint_violation
 from pipeplan.solver import StopRequest
-from pipeplan.store import Outcome, Progress, Store, Task, TaskOutput, record_of, run_tasks, task_key
+from pipeplan.store import Outcome, Progress, Store, StoredRow, Task, TaskOutput, record_of, run_tasks, task_key
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ def sweep_with_stats(
         if executor is None and processes > 1 and len(built) > 1:
             executor = stack.enter_context(LocalExecutor(processes))
         named = run_tasks(list(named_tasks.values()), _run_named_task, kind="size", executor=executor, store=store,
-                          refresh=refresh, progress=progress, should_stop=should_stop)
+                          refresh=refresh, progress=progress, should_stop=should_stop, check=_check_stored)
         stats.add(named, list(named_tasks.values()))
         named_rows = [(setup, [record_of(named.records[task.key]) for name in named_names
                                if (task := named_tasks[(id(setup), name)]).key in named.records])
@@ -269,7 +269,8 @@ def sweep_with_stats(
         optimal = run_tasks(list(optimal_tasks.values()), _run_optimal_task, kind="size", executor=executor,
                             store=store, refresh=refresh, num_cpus=workers, progress=progress,
                             should_stop=should_stop,
-                            done_before=(stats.done, stats.total, stats.reused, len(stats.failures)))
+                            done_before=(stats.done, stats.total, stats.reused, len(stats.failures)),
+                            check=_check_stored)
         stats.add(optimal, list(optimal_tasks.values()))
     for setup, ranking_rows in named_rows:
         for name in names:
@@ -343,11 +344,26 @@ def _setup(model: Model, hardware: Hardware, gpus: int, tp: int, pp: int, mbs: i
     return "", setup
 
 
+# The columns that say which configuration a row is (:func:`_setup_columns`).
+SETUP_FIELDS = ("num_gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size",
+                "num_microbatches", "num_chunks", "recompute")
+
+
+def _check_stored(row: StoredRow) -> None:
+    """Refuse (ValueError) a stored row the sweep cannot read, which then runs again (see
+    :meth:`pipeplan.store.Store.get`): a skipped configuration's record has its setup, the schedule and why it
+    was skipped; any other has every column but "skipped". (Read as it is, a record edited to ``{}`` made every
+    configuration look as if nothing fitted.)"""
+    record = row.record or {}
+    wanted = (*SETUP_FIELDS, "schedule") if "skipped" in record else [c for c in COLUMNS if c != "skipped"]
+    missing = [name for name in wanted if name not in record]
+    if missing:
+        named = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise ValueError(f"its record lacks {counted(len(missing), 'field')} ({named})")
+
+
 def _setup_columns(setup: Setup) -> dict[str, Any]:
-    return {"num_gpus": setup.num_gpus, "tensor_parallel": setup.tensor_parallel,
-            "pipeline_parallel": setup.pipeline_parallel, "data_parallel": setup.data_parallel,
-            "microbatch_size": setup.microbatch_size, "num_microbatches": setup.num_microbatches,
-            "num_chunks": setup.num_chunks, "recompute": setup.recompute}
+    return {name: getattr(setup, name) for name in SETUP_FIELDS}
 
 
 def _row(result: dict[str, Any]) -> dict[str, Any]:
