@@ -423,6 +423,8 @@ def run_tasks(tasks: Sequence[Task], function: Callable[[Any], TaskOutput], *, k
         results = executor.map(function, [task.input for task in todo], num_cpus=num_cpus, should_stop=should_stop)
     for result in results:
         task = todo[result.index]
+        for text in result.warnings:  # logged in a worker process: logged again here, where the user sees it
+            log.warning("%s", text)
         if result.ok and result.value.cut_short:
             log.info("task %s was stopped before it finished: left out", task.label)
             break  # only a stop in this process cuts a task short: the sweep is stopping

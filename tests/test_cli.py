@@ -598,6 +598,22 @@ def test_the_command_line_prints_each_warning_once_however_many_budgets_log_it(t
     assert done.stderr.count("WARNING costs or memory are not whole ticks") == 1, done.stderr
 
 
+def test_warnings_logged_in_worker_processes_are_printed_once_too(tmp_path: Path) -> None:
+    """The same frontier with its budgets solved in two worker processes (--jobs 2): each worker's warning was
+    lost (nothing shows a worker's logging), so the command printed it no times; the workers now send their
+    warnings back with their results, and the command prints each text once."""
+    config = tmp_path / "sevenths.yaml"
+    config.write_text("pipeline: {num_stages: 4, num_microbatches: 8, num_chunks: 2, placement: v}\n"
+                      "costs: {forward: 0.1428571428571, backward: 1.0, backward_weight: 0.5, comm: 0.03}\n"
+                      "memory: {weight_activation: 0.35, budget: 5}\nsolver: {time_limit_s: 0.5, num_workers: 1}\n")
+    done = subprocess.run([sys.executable, "-c", "import sys; from pipeplan.entry import main; sys.exit(main())",
+                           "frontier", str(config), "--budgets", "2:3:1", "--jobs", "2",
+                           "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("WARNING costs or memory are not whole ticks") == 1, done.stderr
+
+
 def test_each_warning_text_passes_once_and_debug_records_always() -> None:
     once = pipeplan.cli._OnceEach()
 

@@ -9,6 +9,7 @@ with ``PYTHONPATH`` set to the folder of the ``pipeplan`` package this test impo
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import logging
@@ -100,6 +101,21 @@ def test_local_executor_yields_every_index_and_captures_failures(jobs: int) -> N
     assert results[1].error is not None and results[1].error.startswith("ValueError: math domain error")
 
 
+# A task that logs a warning on one of pipeplan's loggers and returns None (picklable: a logger pickles by name).
+WARN = functools.partial(logging.Logger.warning, logging.getLogger("pipeplan.test"), "seen %s")
+
+
+def test_a_worker_process_sends_its_warnings_back_with_the_result(caplog: pytest.LogCaptureFixture) -> None:
+    """A task's warnings in a worker process come back with its result; in this process (one job) they are
+    logged as they are, not kept."""
+    with LocalExecutor(2) as executor:
+        results = sorted(executor.map(WARN, [1, 2]), key=lambda r: r.index)
+    assert [r.warnings for r in results] == [("seen 1",), ("seen 2",)]
+    with caplog.at_level(logging.WARNING, logger="pipeplan"), LocalExecutor(1) as executor:
+        assert [r.warnings for r in executor.map(WARN, [3])] == [()]
+    assert "seen 3" in caplog.text
+
+
 def test_a_signal_wrapped_by_rays_compiled_code_is_found_and_nothing_else() -> None:
     """What a signal handler raised inside Ray's compiled calls reaches the executor as a SystemError caused by it
     (CPython's "returned a result with an exception set"): that signal is raised as itself; a SystemError of any
@@ -141,6 +157,8 @@ def test_ray_executor_yields_every_index_and_captures_failures(ray_cluster: Any)
                                            key=lambda r: r.index)  # asks for more CPUs than there are: capped
     assert [r.value for r in results] == [2.0, None, 3.0]
     assert results[1].error is not None and "math domain error" in results[1].error
+    with RayExecutor("auto") as executor:
+        assert [r.warnings for r in executor.map(WARN, [5])] == [("seen 5",)]  # sent back from the Ray worker
 
 
 def test_a_script_without_the_main_guard_is_told_so(tmp_path: Path) -> None:

@@ -9,9 +9,10 @@ exception in one task is caught and returned as that task's ``error``; the other
 
 from __future__ import annotations
 
+import logging
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from pipeplan.problem import ConfigError
@@ -32,6 +33,9 @@ class TaskResult:
     """Position of the task's input in the list given to :meth:`Executor.map`."""
     value: Any = None
     error: str | None = None
+    warnings: tuple[str, ...] = ()
+    """What the task logged at WARNING and above on pipeplan's loggers, when it ran in a worker process
+    (:func:`call_in_worker`), for the caller to log where the user sees it."""
 
     @property
     def ok(self) -> bool:
@@ -68,6 +72,34 @@ def call(function: Callable[[Any], Any], index: int, item: Any) -> TaskResult:
         return TaskResult(index, function(item))
     except Exception as exc:
         return TaskResult(index, error=describe(exc))
+
+
+class _Kept(logging.Handler):
+    """Keeps the text of each record it is given."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.texts.append(record.getMessage())
+
+
+def call_in_worker(function: Callable[[Any], Any], index: int, item: Any) -> TaskResult:
+    """:func:`call` in a worker process (a local pool's or Ray's): the task's warnings on pipeplan's loggers go
+    back with its result (:attr:`TaskResult.warnings`) instead of being lost in the worker, where nothing shows
+    them (pipeplan's loggers print nothing unless the application configures logging, and a worker's never
+    does); nor do they reach the worker's own handlers (Ray would print them as the worker's output)."""
+    kept = _Kept()
+    logger = logging.getLogger("pipeplan")
+    logger.addHandler(kept)
+    propagate, logger.propagate = logger.propagate, False
+    try:
+        result = call(function, index, item)
+    finally:
+        logger.removeHandler(kept)
+        logger.propagate = propagate
+    return replace(result, warnings=tuple(kept.texts))
 
 
 def check_jobs(jobs: object, what: str = "jobs") -> None:

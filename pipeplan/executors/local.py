@@ -15,7 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from pipeplan.executors import ShouldStop, TaskResult, call, check_jobs, describe
+from pipeplan.executors import ShouldStop, TaskResult, call, call_in_worker, check_jobs, describe
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ _MAX_BATCH = 16
 
 
 def _call_batch(function: Callable[[Any], Any], batch: list[tuple[int, Any]]) -> list[TaskResult]:
-    return [call(function, index, item) for index, item in batch]
+    return [call_in_worker(function, index, item) for index, item in batch]
 
 
 def _start_worker(parent: int) -> None:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pipeplan
-from pipeplan.executors import ExecutorError, ShouldStop, TaskResult, call, check_jobs
+from pipeplan.executors import ExecutorError, ShouldStop, TaskResult, call_in_worker, check_jobs
 
 # Seconds to wait for a TCP connection to a given cluster address before calling it unreachable.
 _CONNECT_TIMEOUT_S = 3.0
@@ -87,7 +87,7 @@ class RayExecutor:
         self.num_cpus = num_cpus
         self._ray: Any = None
         self._owned = False
-        self._remote: dict[int, Any] = {}  # keyed by CPUs per task: the remote wrapper of call()
+        self._remote: dict[int, Any] = {}  # keyed by CPUs per task: the remote wrapper of call_in_worker()
 
     def __enter__(self) -> RayExecutor:
         ray = _import_ray()
@@ -141,7 +141,7 @@ class RayExecutor:
                       default=1.0)
         num_cpus = max(1, min(num_cpus, int(largest)))
         if num_cpus not in self._remote:
-            self._remote[num_cpus] = ray.remote(num_cpus=num_cpus, max_retries=0)(call)
+            self._remote[num_cpus] = ray.remote(num_cpus=num_cpus, max_retries=0)(call_in_worker)
         remote = self._remote[num_cpus]
         shared = ray.put(function)
         refs = {remote.remote(shared, index, item): index for index, item in enumerate(inputs)}
