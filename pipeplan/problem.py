@@ -83,10 +83,6 @@ def renamed(text: str, names: Mapping[str, str]) -> str:
     return re.sub(r"\b(?:pipeline|costs|memory|solver)\.\w+", lambda m: names.get(m[0], m[0]), text)
 
 
-# :attr:`Op.label` in a text (a schedule's error): groups kind, microbatch, model stage.
-OP_LABEL = re.compile(r"\b([FBW])(\d+)@s(\d+)\b")
-
-
 def did_you_mean(word: object, choices: Iterable[str]) -> str:
     """" (did you mean 'backward'?)" when ``word`` is a text close to one of ``choices`` (a typo), else ""."""
     if not isinstance(word, str):
@@ -146,7 +142,7 @@ class Op:
 
     @property
     def label(self) -> str:
-        """A short name such as ``F3@s1`` (kind, microbatch, model stage); :data:`OP_LABEL` finds them in a text."""
+        """A short name such as ``F3@s1`` (kind, microbatch, model stage)."""
         return f"{self.kind.value}{self.microbatch}@s{self.stage}"
 
 

@@ -7,14 +7,46 @@ runtime such as ``torch.distributed.pipelining`` runs each rank's list as soon a
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pipeplan.problem import A_PROBLEM, Op, PipeplanError, Problem, counted, expect, shown
 
 
+def _label(op: Op) -> str:
+    return op.label
+
+
+def _device_stuck(device: int, op: Op, waits_for: Sequence[Op]) -> str:
+    return f"device {device} at {op.label} (waits for {', '.join(blocker.label for blocker in waits_for)})"
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How a :class:`ScheduleError` names what it is about: an op (``F3@s1``), and a deadlocked device at its
+    next op with the ops that op waits for. A reader of another format names them as its file writes them."""
+
+    op: Callable[[Op], str] = _label
+    stuck: Callable[[int, Op, Sequence[Op]], str] = _device_stuck
+
+
 class ScheduleError(PipeplanError):
-    """A schedule that cannot be run: an op missing, repeated, on the wrong device, or a deadlocked order."""
+    """A schedule that cannot be run: an op missing, repeated, on the wrong device, or a deadlocked order.
+
+    ``worded``, when the message names ops, builds the message with a given :class:`Wording` (the message itself
+    is its default wording), so that a caller can name the ops its own way without parsing the text."""
+
+    def __init__(self, message: str | Callable[[Wording], str]) -> None:
+        self.worded = None if isinstance(message, str) else message
+        super().__init__(message if isinstance(message, str) else message(Wording()))
+
+    def __reduce__(self) -> tuple[type[ScheduleError], tuple[str]]:
+        # Pickled (sent from a worker process) as its message: ``worded`` is a closure, which does not pickle.
+        return ScheduleError, (str(self),)
+
+    def reworded(self, wording: Wording) -> str:
+        """The message with ``wording``'s names for its ops (the message as it is when it names none)."""
+        return str(self) if self.worded is None else self.worded(wording)
 
 
 class NotApplicable(PipeplanError):
@@ -66,7 +98,7 @@ def check_complete(problem: Problem, schedule: Schedule) -> None:
     device_of = [problem.device_of(stage) for stage in stages]
     seen = bytearray(problem.num_op_numbers)  # by op number: whether an earlier position holds that op
     number = problem.op_number
-    repeated: list[str] = []
+    repeated: list[Op] = []
     for device, order in enumerate(schedule.orders):
         for position, op in enumerate(order):
             if not isinstance(op, Op):
@@ -94,14 +126,14 @@ def check_complete(problem: Problem, schedule: Schedule) -> None:
                 )
             n = number(op)
             if seen[n]:
-                repeated.append(op.label)
+                repeated.append(op)
             seen[n] = 1
     if repeated:
-        repeated = sorted(set(repeated))
-        raise ScheduleError(f"schedule {schedule.name!r} repeats ops: {', '.join(repeated[:10])}")
+        twice = sorted(set(repeated), key=lambda op: op.label)[:10]
+        raise ScheduleError(lambda w: f"schedule {schedule.name!r} repeats ops: {', '.join(map(w.op, twice))}")
     expected = problem.num_model_stages * problem.num_microbatches * len(problem.kinds)
     if sum(seen) != expected:
-        missing = [op.label for op in problem.all_ops() if not seen[number(op)]]
+        missing = [op for op in problem.all_ops() if not seen[number(op)]]
         more = ", ..." if len(missing) > 10 else ""
-        raise ScheduleError(f"schedule {schedule.name!r} is missing {counted(len(missing), 'op')}: "
-                            f"{', '.join(missing[:10])}{more}")
+        raise ScheduleError(lambda w: f"schedule {schedule.name!r} is missing {counted(len(missing), 'op')}: "
+                                      f"{', '.join(map(w.op, missing[:10]))}{more}")

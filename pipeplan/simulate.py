@@ -7,11 +7,12 @@ do not depend on the order in which devices are advanced, only on the per-device
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
 from pipeplan.problem import Op, Problem
-from pipeplan.schedule import Schedule, ScheduleError, check_complete
+from pipeplan.schedule import Schedule, ScheduleError, Wording, check_complete
 
 
 @dataclass(frozen=True)
@@ -110,13 +111,14 @@ class _Replay:
             i += 1
         self.cursor[device], self.free[device] = i, t_free
 
-    def _deadlock_message(self, stuck: list[int]) -> str:
-        parts = []
+    def _deadlock_message(self, stuck: list[int]) -> Callable[[Wording], str]:
+        """The deadlock's message in any wording: each stuck device, its next op and what that op waits for."""
+        places = []
         for d in stuck:
             i = self.cursor[d]
-            blockers = [self.ops[j].label for j, _ in self.deps[i] if self.end[j] is None]
-            parts.append(f"device {d} at {self.ops[i].label} (waits for {', '.join(blockers)})")
-        return f"schedule {self.schedule.name!r} deadlocks: " + "; ".join(parts)
+            places.append((d, self.ops[i], [self.ops[j] for j, _ in self.deps[i] if self.end[j] is None]))
+        name = self.schedule.name
+        return lambda w: f"schedule {name!r} deadlocks: " + "; ".join(w.stuck(*place) for place in places)
 
 
 def simulate(problem: Problem, schedule: Schedule) -> Timeline:

@@ -22,21 +22,20 @@ from __future__ import annotations
 import csv
 import io
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pipeplan.problem import OP_LABEL, ConfigError, Op, OpKind, Problem, counted, expect, shown
+from pipeplan.problem import ConfigError, Op, OpKind, Problem, counted, expect, shown
 from pipeplan.reading import TORCH_CSV_BYTES, decoded, read_text
-from pipeplan.schedule import Schedule, ScheduleError
+from pipeplan.schedule import Schedule, ScheduleError, Wording
 from pipeplan.simulate import simulate
 
 # One compute action, the whole cell: stage, type, microbatch.
 _ACTION = re.compile(r"(\d+)([FIBW])(\d+)")
 # An overlapped pair as torch dumps it: "(0F3;3B1)OVERLAP_F_B".
 _OVERLAP = re.compile(r"\((.*)\)OVERLAP_F_B")
-# A deadlocked device in the simulator's message: "device 0 at B0@s0 (waits for B0@s1, ...)".
-_STUCK = re.compile(r"device (\d+) at (\S+) \(waits for ([^)]*)\)")
 # Torch's non-compute action types: a compute-only file must not hold them.
 _COMMUNICATION = ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD")
 
@@ -203,30 +202,28 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
     expect("text", text, str, "the CSV's text (Path(file).read_text())")
     reader = _Reader(problem, source)
     orders = reader.read(text)
-    schedule = Schedule.from_lists("", orders)  # unnamed while checked: its errors then hold no file name
+    schedule = Schedule.from_lists(name, orders)
     try:
         simulate(problem, schedule)
     except ScheduleError as exc:
         # The ops named as the file writes them (its cell: 3I2 or a full 3B2, not B2@s3; a missing op as it would
-        # be written), and a file of fewer microbatches said so.
-        def cell(match: re.Match[str]) -> str:
-            op = problem.op(OpKind(match[1]), int(match[3]), int(match[2]))
+        # be written), a deadlocked rank at its place in the file, and a file of fewer microbatches said so.
+        def cell(op: Op) -> str:
             return reader.seen[op].cell.strip() if op in reader.seen else action_text(problem, op)
 
-        def stuck(match: re.Match[str]) -> str:  # a deadlocked device's next op, at its place in the file
-            label = OP_LABEL.fullmatch(match[2])
-            assert label is not None
-            a = reader.seen[problem.op(OpKind(label[1]), int(label[3]), int(label[2]))]
-            return f"rank {a.row - 1} (row {a.row}), column {a.column}: {match[2]} waits for {match[3]}"
+        def stuck(device: int, op: Op, waits_for: Sequence[Op]) -> str:
+            a = reader.seen[op]
+            return (f"rank {a.row - 1} (row {a.row}), column {a.column}: {cell(op)} waits for "
+                    f"{', '.join(map(cell, waits_for))}")
 
-        reason = OP_LABEL.sub(cell, _STUCK.sub(stuck, str(exc))).replace("schedule ''", f"schedule {name!r}", 1)
+        reason = exc.reworded(Wording(op=cell, stuck=stuck))
         found = sorted({op.microbatch for order in orders for op in order})
         fewer = ""
         if found and found[-1] + 1 < problem.num_microbatches:
             runs = f"only microbatch {found[0]}" if len(found) == 1 else f"microbatches {found[0]} to {found[-1]}"
             fewer = f" (the file runs {runs}; the config has pipeline.num_microbatches: {problem.num_microbatches})"
         raise ConfigError(f"{source} does not give a runnable schedule of the config{fewer}: {reason}") from None
-    return replace(schedule, name=name)
+    return schedule
 
 
 def read_torch_csv_stream(problem: Problem, stream: BinaryIO, name: str = "stdin",

@@ -9,6 +9,8 @@ Each expected trace is, per device in run order, ``(kind, microbatch, start, end
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from invariants import assert_valid
 
@@ -228,6 +230,30 @@ def test_deadlock_cyclic_wait_between_devices() -> None:
     message = str(info.value)
     assert "device 0 at B0@s0 (waits for B0@s1)" in message
     assert "device 1 at F1@s1 (waits for F1@s0)" in message
+
+
+def test_a_schedule_error_can_be_reworded_and_pickled() -> None:
+    """A caller names the ops its own way (the torch CSV importer: the file's cells) through a Wording, without
+    parsing the message; a pickled error (from a worker process) keeps its message."""
+    from pipeplan.schedule import Wording
+
+    def short(op: Op) -> str:
+        return f"{op.kind.value.lower()}{op.stage}.{op.microbatch}"
+
+    wording = Wording(op=short, stuck=lambda device, op, waits: f"#{device}:{short(op)}<-{'+'.join(map(short, waits))}")
+    with pytest.raises(ScheduleError) as info:
+        simulate(TWO, _schedule(TWO, "F0@0 B0@0 F1@0 B1@0", "F0@1 F1@1 B0@1 B1@1"))
+    assert info.value.reworded(wording) == "schedule 'hand' deadlocks: #0:b0.0<-b1.0; #1:f1.1<-f0.1"
+    with pytest.raises(ScheduleError) as info:
+        simulate(TWO, _schedule(TWO, "F0@0 B0@0 F1@0", "F0@1 B0@1 F1@1 B1@1"))
+    assert str(info.value) == "schedule 'hand' is missing 1 op: B1@s0"
+    assert info.value.reworded(wording) == "schedule 'hand' is missing 1 op: b0.1"
+    with pytest.raises(ScheduleError) as info:
+        simulate(TWO, _schedule(TWO, "F0@0 B0@0 F1@0 B1@0 B1@0", "F0@1 B0@1 F1@1 B1@1"))
+    assert info.value.reworded(wording) == "schedule 'hand' repeats ops: b0.1"
+    again = pickle.loads(pickle.dumps(info.value))
+    assert isinstance(again, ScheduleError) and str(again) == str(info.value)
+    assert ScheduleError("plain").reworded(wording) == "plain"
 
 
 def test_a_valid_reordering_is_not_a_deadlock() -> None:
