@@ -802,6 +802,7 @@ class _SweepPlace:
                                   f"replaces; omit --store to keep the store there as {STORE_NAME}, or put it "
                                   "outside the folder")
             store_path = None  # --out's own store, named: kept as it is without --store (it was deleted)
+        self.asked_force = force  # --force itself; self.force also lets the run replace its own unfinished folder
         self.resuming = out is not None and is_unfinished_sweep(out)
         self.force = force or self.resuming
         _refuse_existing(out, self.force)
@@ -813,6 +814,7 @@ class _SweepPlace:
         self.store: Any = None
         self.executor: Any = None
         self.created: Path | None = None  # the first folder of --out's path that this run created
+        self.held: int | None = None  # the handle holding --out's lock (:meth:`_hold`)
 
     def __enter__(self) -> _SweepPlace:
         from pipeplan.executors import make_executor
@@ -822,44 +824,67 @@ class _SweepPlace:
             # The executor first: a Ray address that cannot be reached then leaves no store behind.
             self.executor = self.stack.enter_context(make_executor(self.jobs, self.ray_address))
             if self.store_path is not None:
-                if self.in_out and self.out is not None and not self.out.exists():
-                    self.created = self.out
-                    while not self.created.parent.exists():
-                        self.created = self.created.parent
-                    self.out.mkdir(parents=True, exist_ok=True)  # exist_ok: another run may have just made it
-                    self.force = True  # the folder now holds only the store: the result replaces it
                 if self.in_out and self.out is not None:
-                    self._hold(self.out)
+                    self._make_and_hold(self.out)
                 self.store = self.stack.enter_context(Store(self.store_path))
         except BaseException:
             self.stack.close()
+            self._release()
             raise
         return self
 
-    def _hold(self, folder: Path) -> None:
-        """Hold --out for this run (an advisory lock on the folder, released when the run ends), so that a sweep
-        started on the same folder meanwhile is refused, rather than resuming this run's unfinished folder and
-        replacing it with its own result. The folder is locked, not the store file: SQLite keeps its own locks on
-        that file, and closing another handle to it would release them."""
+    def _make_and_hold(self, out: Path) -> None:
+        """Create --out when missing (to hold the store) and hold it for this run: an advisory lock on the folder,
+        released when the run ends, so that a sweep started on the same folder meanwhile is refused rather than
+        resuming this run's unfinished folder and replacing it with its own result. The folder is locked, not the
+        store file: SQLite keeps its own locks on that file, and closing another handle to it would release them.
+
+        The lock is flock(2)'s: it keeps out the sweeps of this machine (on a network file system, maybe not
+        those of others), and there is none where the system has no flock. Under the lock the folder is looked
+        at again, since another run may have created, finished or replaced it since this one first did."""
+        was_missing = not out.exists()
+        if was_missing:
+            first = out
+            while not first.parent.exists():
+                first = first.parent
+            try:
+                out.mkdir(parents=True)
+                self.created = first
+            except FileExistsError:  # another run made it meanwhile: looked at under the lock below
+                pass
         try:
             import fcntl
         except ImportError:  # not a POSIX system: no lock
             return
-        handle = os.open(folder, os.O_RDONLY)
-        self.stack.callback(os.close, handle)
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.held = os.open(out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            fcntl.flock(self.held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(f"another pipeplan run is writing {str(folder)!r} (a sweep with the same --out); "
+            raise ConfigError(f"another pipeplan run is writing {str(out)!r} (a sweep with the same --out); "
                               "wait for it to end, or pick another --out") from None
+        except OSError as exc:  # a file system without locks: run unguarded, as without flock
+            log.warning("cannot lock %s (%s): a second sweep started on it meanwhile would not be refused", out,
+                        exc.strerror or exc)
+        if is_unfinished_sweep(out) or (was_missing and not any(out.iterdir())):
+            self.force = True  # this run's folder (or a killed run's), holding only the store: the result replaces it
+        else:  # finished by another run since this one looked: replaced only with --force, as at the start
+            _refuse_existing(out, self.asked_force)
+
+    def _release(self) -> None:
+        if self.held is not None:
+            os.close(self.held)
+            self.held = None
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         self.stack.close()
-        if (kind is not None and issubclass(kind, PipeplanError) and self.created is not None
-                and self.out is not None and is_unfinished_sweep(self.out)):
-            # Bad input found during the run (e.g. nothing fits): leave no folder behind, as for any bad input,
-            # nor the parents of --out this run created.
-            shutil.rmtree(self.created, ignore_errors=True)
+        try:
+            if (kind is not None and issubclass(kind, PipeplanError) and self.created is not None
+                    and self.out is not None and is_unfinished_sweep(self.out)):
+                # Bad input found during the run (e.g. nothing fits): leave no folder behind, as for any bad input,
+                # nor the parents of --out this run created. Still under the lock, so no other run is using it.
+                shutil.rmtree(self.created, ignore_errors=True)
+        finally:
+            self._release()
 
     def add_store_copy(self, folder: Path) -> None:
         """Put a copy of the store in the result folder being written, when the store lives in --out."""

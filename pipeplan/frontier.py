@@ -30,11 +30,21 @@ from pipeplan.executors import Executor
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.planner import evaluate_named
 from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect, renamed
-from pipeplan.schedule import Schedule
+from pipeplan.schedule import Schedule, check_complete
 from pipeplan.simulate import Timeline, simulate
 from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve_checked
 from pipeplan.store import Progress as TaskProgress
-from pipeplan.store import Store, StoredRow, Task, TaskOutput, record_of, run_tasks, schedule_of, task_key
+from pipeplan.store import (
+    Store,
+    StoredRow,
+    Task,
+    TaskOutput,
+    record_of,
+    require_fields,
+    run_tasks,
+    schedule_of,
+    task_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -294,20 +304,23 @@ _SOLVED_FIELDS = ("lower_bound", "solve_time_s", "source")
 
 def _check_stored(row: StoredRow) -> None:
     """Refuse (ValueError) a stored budget the frontier cannot read, which then runs again (see
-    :meth:`pipeplan.store.Store.get`): a record that neither says why no schedule fits nor has the fields and the
-    schedule of a solve. Named metrics that do not read are replayed instead (:func:`_named_metrics`)."""
+    :meth:`pipeplan.store.Store.get`): a record that neither says why no schedule fits nor has the fields of a
+    solve, or a solve's schedule that does not read or is not one of its problem's. Named metrics that do not read
+    are replayed instead (:func:`_named_metrics`)."""
     record = row.record or {}
     if "infeasible" in record:
         return
-    missing = [name for name in _SOLVED_FIELDS if name not in record]
-    if missing:
-        raise ValueError(f"its record lacks {', '.join(missing)}")
+    require_fields(record, _SOLVED_FIELDS)
+    for name in ("lower_bound", "solve_time_s"):
+        if isinstance(record[name], bool) or not isinstance(record[name], (int, float)):
+            raise ValueError(f"its {name} is not a number")
     try:
-        float(record["lower_bound"]), float(record["solve_time_s"])
-        if schedule_of(row) is None:
-            raise ValueError("it has no schedule")
+        problem, schedule = row.problem(), schedule_of(row)
     except (KeyError, TypeError) as exc:
-        raise ValueError(f"its record or schedule does not read ({exc!r})") from None
+        raise ValueError(f"its problem or schedule does not read ({exc!r})") from None
+    if problem is None or schedule is None:
+        raise ValueError("it has no problem or no schedule")
+    check_complete(problem, schedule)  # a ScheduleError (a ValueError) for orders that are not the problem's
 
 
 def _named_metrics(problem: Problem, record: dict[str, Any]) -> list[Metrics]:

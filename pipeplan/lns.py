@@ -197,7 +197,8 @@ def _without_linear_relaxation(solver: cp_model.CpSolver) -> None:
 
 def tail_span(problem: Problem, makespan: float) -> float:
     """What the tail windows are shares of: ``makespan``, or :data:`TAIL_ROUND_TRIPS` round trips of one
-    microbatch (the least time from the start of F(0) to the end of B(0)) when that is shorter."""
+    microbatch (the least time from the start of F(0) to the end of B(0)) when that is shorter; in the time unit
+    of ``problem`` (ticks in the search, which works on the ticked problem)."""
     return min(makespan, TAIL_ROUND_TRIPS * (round_trips(problem)[0] + problem.backward[0]))
 
 
@@ -229,7 +230,7 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
 
         for width in TAIL_WIDTHS:
             makespan = end()
-            share = width * min(1.0, tail_span(problem, makespan) / makespan) if makespan > 0 else width
+            share = width * tail_span(problem, makespan) / makespan if makespan > 0 else width
             yield Neighbourhood(int(makespan * (1 - share)), makespan), tail_s, TAIL_SHARE
         for window in windows(end(), seed):
             yield window, SUB_SOLVE_S, 1.0

@@ -36,13 +36,13 @@ class ScheduleError(PipeplanError):
     ``worded``, when the message names ops, builds the message with a given :class:`Wording` (the message itself
     is its default wording), so that a caller can name the ops its own way without parsing the text."""
 
-    def __init__(self, message: str | Callable[[Wording], str]) -> None:
+    def __init__(self, message: str | Callable[[Wording], str] = "", *args: object) -> None:
         self.worded = None if isinstance(message, str) else message
-        super().__init__(message if isinstance(message, str) else message(Wording()))
+        super().__init__(message if isinstance(message, str) else message(Wording()), *args)
 
-    def __reduce__(self) -> tuple[type[ScheduleError], tuple[str]]:
+    def __reduce__(self) -> tuple[type[ScheduleError], tuple[object, ...]]:
         # Pickled (sent from a worker process) as its message: ``worded`` is a closure, which does not pickle.
-        return ScheduleError, (str(self),)
+        return type(self), self.args
 
     def reworded(self, wording: Wording) -> str:
         """The message with ``wording``'s names for its ops (the message as it is when it names none)."""

@@ -33,7 +33,7 @@ from typing import Any
 
 from pipeplan import __version__
 from pipeplan.executors import Executor, ShouldStop, TaskResult
-from pipeplan.problem import ConfigError, Op, OpKind, Problem
+from pipeplan.problem import ConfigError, Op, OpKind, Problem, counted
 from pipeplan.schedule import Schedule
 
 log = logging.getLogger(__name__)
@@ -423,8 +423,8 @@ def run_tasks(tasks: Sequence[Task], function: Callable[[Any], TaskOutput], *, k
         results = executor.map(function, [task.input for task in todo], num_cpus=num_cpus, should_stop=should_stop)
     for result in results:
         task = todo[result.index]
-        for text in result.warnings:  # logged in a worker process: logged again here, where the user sees it
-            log.warning("%s", text)
+        for name, level, text in result.warnings:  # logged in a worker process: again here, where the user sees it
+            logging.getLogger(name).log(level, "%s", text)
         if result.ok and result.value.cut_short:
             log.info("task %s was stopped before it finished: left out", task.label)
             break  # only a stop in this process cuts a task short: the sweep is stopping
@@ -443,6 +443,15 @@ def run_tasks(tasks: Sequence[Task], function: Callable[[Any], TaskOutput], *, k
             break
     outcome.stopped = outcome.ran < len(todo)
     return outcome
+
+
+def require_fields(record: dict[str, Any], names: Iterable[str]) -> None:
+    """Raise ValueError naming the fields of ``names`` that a stored ``record`` lacks (for the ``check`` of
+    :meth:`Store.get`)."""
+    missing = [name for name in names if name not in record]
+    if missing:
+        listed = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise ValueError(f"its record lacks {counted(len(missing), 'field')} ({listed})")
 
 
 def record_of(output: TaskOutput | StoredRow) -> dict[str, Any]:

@@ -110,7 +110,8 @@ def test_a_worker_process_sends_its_warnings_back_with_the_result(caplog: pytest
     logged as they are, not kept."""
     with LocalExecutor(2) as executor:
         results = sorted(executor.map(WARN, [1, 2]), key=lambda r: r.index)
-    assert [r.warnings for r in results] == [("seen 1",), ("seen 2",)]
+    assert [r.warnings for r in results] == [(("pipeplan.test", logging.WARNING, "seen 1"),),
+                                             (("pipeplan.test", logging.WARNING, "seen 2"),)]
     with caplog.at_level(logging.WARNING, logger="pipeplan"), LocalExecutor(1) as executor:
         assert [r.warnings for r in executor.map(WARN, [3])] == [()]
     assert "seen 3" in caplog.text
@@ -158,7 +159,8 @@ def test_ray_executor_yields_every_index_and_captures_failures(ray_cluster: Any)
     assert [r.value for r in results] == [2.0, None, 3.0]
     assert results[1].error is not None and "math domain error" in results[1].error
     with RayExecutor("auto") as executor:
-        assert [r.warnings for r in executor.map(WARN, [5])] == [("seen 5",)]  # sent back from the Ray worker
+        # sent back from the Ray worker
+        assert [r.warnings for r in executor.map(WARN, [5])] == [(("pipeplan.test", logging.WARNING, "seen 5"),)]
 
 
 def test_a_script_without_the_main_guard_is_told_so(tmp_path: Path) -> None:
@@ -465,6 +467,67 @@ def test_a_sweep_on_an_out_folder_that_another_run_is_writing_is_refused(capsys:
     assert (out / "frontier.csv").exists() and store_count(out / "store.sqlite") == 2
 
 
+def test_a_sweep_holds_its_out_folder_while_it_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """While the budgets are solved, another lock on --out is refused (the run holds it); after the run, not."""
+    import fcntl
+
+    import pipeplan.frontier as frontier_module
+
+    out = tmp_path / "out"
+    tries: list[str] = []
+    real = frontier_module.run_tasks
+
+    def trying(*args: Any, **kwargs: Any) -> Any:
+        handle = os.open(out, os.O_RDONLY)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            tries.append("locked")
+        except BlockingIOError:
+            tries.append("refused")
+        finally:
+            os.close(handle)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(frontier_module, "run_tasks", trying)
+    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
+    assert main(["frontier", str(config), "--time-limit", "0.2", "--workers", "1", "--jobs", "1", "--quiet",
+                 "--no-png", "--budgets", "2:3:1", "--out", str(out)]) == 0
+    assert tries == ["refused"]
+    handle = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released at the end: no BlockingIOError
+    finally:
+        os.close(handle)
+
+
+def test_an_out_folder_finished_by_another_run_meanwhile_is_not_replaced(monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str],
+                                                                         tmp_path: Path) -> None:
+    """A sweep that found --out unfinished (to resume) and, before it took the folder's lock, saw another run
+    finish it (here: the other run's result written while this one starts its executor) is refused without
+    --force, as if the folder had been finished when it started; the finished result is kept."""
+    import pipeplan.executors
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with Store(out / "store.sqlite"):
+        pass  # unfinished
+    real = pipeplan.executors.make_executor
+
+    def finishing(*args: Any, **kwargs: Any) -> Any:
+        (out / "frontier.csv").write_text("budget\n", encoding="utf-8")  # the other run's result
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeplan.executors, "make_executor", finishing)
+    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
+    code = main(["frontier", str(config), "--time-limit", "0.2", "--workers", "1", "--jobs", "1", "--quiet",
+                 "--no-png", "--budgets", "2:3:1", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == USER_ERROR and f"output folder {str(out)!r} already exists; pass --force" in err, err
+    assert (out / "frontier.csv").read_text(encoding="utf-8") == "budget\n"
+    assert store_count(out / "store.sqlite") == 0
+
+
 def test_a_damaged_row_runs_again_and_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                caplog: pytest.LogCaptureFixture) -> None:
     """A row whose JSON does not read (edited by hand, a flipped byte) was an internal error (JSONDecodeError) in
@@ -497,7 +560,8 @@ def test_a_damaged_row_runs_again_and_is_named(capsys: pytest.CaptureFixture[str
 def test_a_stored_record_without_its_fields_runs_again(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     """A record that reads as JSON but lacks what the frontier reads (edited to {}) was an internal error
-    (KeyError: 'source'): it now runs again, named in a warning, like a row whose JSON does not read."""
+    (KeyError: 'source'): it now runs again, named in a warning, like a row whose JSON does not read; so do orders
+    that read but are not the stored problem's."""
     config = Path(__file__).parent / "configs" / "good-minimal.yaml"
     store = tmp_path / "s.sqlite"
     sweep = ["frontier", str(config), "--budgets", "2:3:1", "--time-limit", "0.2", "--workers", "1", "--jobs", "1",
@@ -506,14 +570,16 @@ def test_a_stored_record_without_its_fields_runs_again(capsys: pytest.CaptureFix
     db = sqlite3.connect(store)
     with db:
         db.execute("UPDATE results SET record = '{}' WHERE label = 'budget 3'")
+        db.execute("""UPDATE results SET orders = '{"name": "x", "orders": [[]]}' WHERE label = 'budget 2'""")
     db.close()
     capsys.readouterr()
     with caplog.at_level(logging.WARNING, logger="pipeplan.store"):
         assert main(sweep) == 0
     captured = capsys.readouterr()
-    assert "1 of 2 results came from the store" in captured.out and "internal error" not in captured.err
+    assert "0 of 2 results came from the store" in captured.out and "internal error" not in captured.err
+    assert "damaged row (frontier 'budget 2', key " in caplog.text and "has 1 device orders, expected" in caplog.text
     assert ("damaged row (frontier 'budget 3', key " in caplog.text
-            and "its record lacks lower_bound, solve_time_s, source; running it again" in caplog.text)
+            and "its record lacks 3 fields (lower_bound, solve_time_s, source); running it again" in caplog.text)
     with Store(store) as opened:
         assert all(row.record for row in opened.rows())  # replaced
 

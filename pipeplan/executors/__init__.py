@@ -33,9 +33,10 @@ class TaskResult:
     """Position of the task's input in the list given to :meth:`Executor.map`."""
     value: Any = None
     error: str | None = None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[tuple[str, int, str], ...] = ()
     """What the task logged at WARNING and above on pipeplan's loggers, when it ran in a worker process
-    (:func:`call_in_worker`), for the caller to log where the user sees it."""
+    (:func:`call_in_worker`): each record's logger name, level and text, for the caller to log again where the
+    user sees it."""
 
     @property
     def ok(self) -> bool:
@@ -75,21 +76,24 @@ def call(function: Callable[[Any], Any], index: int, item: Any) -> TaskResult:
 
 
 class _Kept(logging.Handler):
-    """Keeps the text of each record it is given."""
+    """Keeps each record it is given as (logger name, level, text)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
-        self.texts: list[str] = []
+        self.records: list[tuple[str, int, str]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.texts.append(record.getMessage())
+        try:
+            self.records.append((record.name, record.levelno, record.getMessage()))
+        except Exception:  # a malformed log call: reported as logging reports it, never failing the task
+            self.handleError(record)
 
 
 def call_in_worker(function: Callable[[Any], Any], index: int, item: Any) -> TaskResult:
     """:func:`call` in a worker process (a local pool's or Ray's): the task's warnings on pipeplan's loggers go
-    back with its result (:attr:`TaskResult.warnings`) instead of being lost in the worker, where nothing shows
-    them (pipeplan's loggers print nothing unless the application configures logging, and a worker's never
-    does); nor do they reach the worker's own handlers (Ray would print them as the worker's output)."""
+    back with its result (:attr:`TaskResult.warnings`), to be logged again by the caller. In a local worker they
+    were lost (pipeplan's loggers print nothing unless the application configures logging, which a worker never
+    does); on Ray they are kept from the worker's own handlers, which would print them as raw worker output."""
     kept = _Kept()
     logger = logging.getLogger("pipeplan")
     logger.addHandler(kept)
@@ -99,7 +103,7 @@ def call_in_worker(function: Callable[[Any], Any], index: int, item: Any) -> Tas
     finally:
         logger.removeHandler(kept)
         logger.propagate = propagate
-    return replace(result, warnings=tuple(kept.texts))
+    return replace(result, warnings=tuple(kept.records))
 
 
 def check_jobs(jobs: object, what: str = "jobs") -> None:

@@ -39,7 +39,18 @@ from pipeplan.sizing.models import Model, load_model
 from pipeplan.sizing.records import positive_number
 from pipeplan.sizing.setup import RECOMPUTE_MODES, Setup, constraint_violation
 from pipeplan.solver import StopRequest
-from pipeplan.store import Outcome, Progress, Store, StoredRow, Task, TaskOutput, record_of, run_tasks, task_key
+from pipeplan.store import (
+    Outcome,
+    Progress,
+    Store,
+    StoredRow,
+    Task,
+    TaskOutput,
+    record_of,
+    require_fields,
+    run_tasks,
+    task_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -355,11 +366,8 @@ def _check_stored(row: StoredRow) -> None:
     was skipped; any other has every column but "skipped". (Read as it is, a record edited to ``{}`` made every
     configuration look as if nothing fitted.)"""
     record = row.record or {}
-    wanted = (*SETUP_FIELDS, "schedule") if "skipped" in record else [c for c in COLUMNS if c != "skipped"]
-    missing = [name for name in wanted if name not in record]
-    if missing:
-        named = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
-        raise ValueError(f"its record lacks {counted(len(missing), 'field')} ({named})")
+    require_fields(record, (*SETUP_FIELDS, "schedule") if "skipped" in record
+                   else [c for c in COLUMNS if c != "skipped"])
 
 
 def _setup_columns(setup: Setup) -> dict[str, Any]:
