@@ -528,21 +528,29 @@ def test_an_out_folder_finished_by_another_run_meanwhile_is_not_replaced(monkeyp
     assert store_count(out / "store.sqlite") == 0
 
 
+def stored_and_edited(store: Path, budgets: str, *edits: str) -> list[str]:
+    """A frontier of good-minimal.yaml at ``budgets`` run into ``store``, whose rows are then changed by the SQL
+    ``edits`` (as a hand edit or a flipped byte would): the command line that runs it again."""
+    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
+    sweep = ["frontier", str(config), "--budgets", budgets, "--time-limit", "0.2", "--workers", "1", "--jobs", "1",
+             "--quiet", "--store", str(store)]
+    assert main(sweep) == 0
+    db = sqlite3.connect(store)
+    with db:
+        for edit in edits:
+            db.execute(edit)
+    db.close()
+    return sweep
+
+
 def test_a_damaged_row_runs_again_and_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                caplog: pytest.LogCaptureFixture) -> None:
     """A row whose JSON does not read (edited by hand, a flipped byte) was an internal error (JSONDecodeError) in
     the sweep and in Store.rows(): a damaged record or schedule now runs again, its row replaced, with a warning
     naming it; rows() names it."""
-    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
     store = tmp_path / "s.sqlite"
-    sweep = ["frontier", str(config), "--budgets", "2:4:1", "--time-limit", "0.2", "--workers", "1", "--jobs", "1",
-             "--quiet", "--store", str(store)]
-    assert main(sweep) == 0
-    db = sqlite3.connect(store)
-    with db:
-        db.execute("UPDATE results SET record = 'oops' WHERE label = 'budget 3'")
-        db.execute("UPDATE results SET orders = '[]' WHERE label = 'budget 2'")
-    db.close()
+    sweep = stored_and_edited(store, "2:4:1", "UPDATE results SET record = 'oops' WHERE label = 'budget 3'",
+                              "UPDATE results SET orders = '[]' WHERE label = 'budget 2'")
     with Store(store) as opened, pytest.raises(
             StoreError, match=r"has a damaged row \(frontier 'budget 2', key [0-9a-f]{12}\.\.\.\): its schedule is "
                               r"not a JSON object"):
@@ -562,16 +570,10 @@ def test_a_stored_record_without_its_fields_runs_again(capsys: pytest.CaptureFix
     """A record that reads as JSON but lacks what the frontier reads (edited to {}) was an internal error
     (KeyError: 'source'): it now runs again, named in a warning, like a row whose JSON does not read; so do orders
     that read but are not the stored problem's."""
-    config = Path(__file__).parent / "configs" / "good-minimal.yaml"
     store = tmp_path / "s.sqlite"
-    sweep = ["frontier", str(config), "--budgets", "2:3:1", "--time-limit", "0.2", "--workers", "1", "--jobs", "1",
-             "--quiet", "--store", str(store)]
-    assert main(sweep) == 0
-    db = sqlite3.connect(store)
-    with db:
-        db.execute("UPDATE results SET record = '{}' WHERE label = 'budget 3'")
-        db.execute("""UPDATE results SET orders = '{"name": "x", "orders": [[]]}' WHERE label = 'budget 2'""")
-    db.close()
+    not_its_orders = """UPDATE results SET orders = '{"name": "x", "orders": [[]]}' WHERE label = 'budget 2'"""
+    sweep = stored_and_edited(store, "2:3:1", "UPDATE results SET record = '{}' WHERE label = 'budget 3'",
+                              not_its_orders)
     capsys.readouterr()
     with caplog.at_level(logging.WARNING, logger="pipeplan.store"):
         assert main(sweep) == 0
