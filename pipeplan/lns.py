@@ -11,15 +11,12 @@ rearrange thousands of ops at once. This search instead repeats a small move:
    (without its linear relaxation, which costs more than it gives here: :func:`_without_linear_relaxation`);
 4. replay the order it finds (the simulator decides every value) and keep it when it is better.
 
-First come tail windows (the last 20 %, 25 %, 30 % and 35 % of the incumbent as it is then, or of three round
-trips of one microbatch when the run is longer than that: every op that does not end before the window starts
-is free), each with several seconds: the drain is where a makespan is decided, and a move there often needs a
-window wider than a 1 s sub-solve can search (on P=16, N=32, two chunks in loop placement, 16 activations, a
-window over the last quarter of interleaved zero bubble, given 13 s, holds a schedule 1.3 % faster, where every
-window of 10 % and 5 % holds none; which width holds a move differs from row to row, so the tails widen in
-steps). The drain lasts about one round trip whatever the number of microbatches, so on a long run a share of
-the makespan would free far more than the drain, and a sub-solve of a few seconds finds nothing in it: see
-:data:`TAIL_ROUND_TRIPS`. Then windows slide from the end of the schedule to its start, then
+First come tail windows (the last 20 %, 25 %, 30 % and 35 % of the incumbent as it is then: every op that
+does not end before the window starts is free), each with several seconds: the drain is where a makespan is
+decided, and a move there often needs a window wider than a 1 s sub-solve can search (on P=16, N=32, two chunks
+in loop placement, 16 activations, a window over the last quarter of interleaved zero bubble, given 13 s, holds
+a schedule 1.3 % faster, where every window of 10 % and 5 % holds none; which width holds a move differs from
+row to row, so the tails widen in steps). Then windows slide from the end of the schedule to its start, then
 shrink and widen, 1 s each. Every neighbourhood holds the incumbent, so the schedule
 kept is always valid; a sub-solve asks for a strictly better one and may find none. A proven bound never comes
 from here (a neighbourhood is a restriction, not a relaxation).
@@ -37,7 +34,6 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from pipeplan import cpsat
-from pipeplan.bounds import round_trips
 from pipeplan.metrics import compute_metrics
 from pipeplan.problem import Op, Problem
 from pipeplan.schedule import Schedule
@@ -57,13 +53,6 @@ WIDTHS = (0.1, 0.05, 0.2)
 # width that holds a move differs between rows (P=16, N=32, two chunks in loop placement: 25 % at 16
 # activations, where 20 % is proven to hold none; 35 % at 11, where 25 % holds none).
 TAIL_WIDTHS = (0.2, 0.25, 0.3, 0.35)
-# The tails are shares of the incumbent's makespan, but of at most this many round trips of one microbatch (from
-# the start of F(0) to the end of B(0), :func:`tail_span`): the drain lasts about one round trip, however long
-# the run. On P=32, N=128, two chunks in loop placement, budget 32, the shares of the makespan (70 to 122 time
-# units) held no better schedule than interleaved zero bubble's 347.93 within 60 s; shares of three round trips
-# (41 to 71) found 347.83. Where the makespan is within three round trips (most runs of N = 2P at budgets near
-# P), the tails are as before.
-TAIL_ROUND_TRIPS = 3.0
 TAIL_S = 8.0
 TAIL_SHARE = 0.35
 # The tail windows' seconds on large models (the solver decides which are large): a tail of a model of 12,000 ops
@@ -195,13 +184,6 @@ def _without_linear_relaxation(solver: cp_model.CpSolver) -> None:
     solver.parameters.ignore_subsolvers.extend(LP_WORKERS)
 
 
-def tail_span(problem: Problem, makespan: float) -> float:
-    """What the tail windows are shares of: ``makespan``, or :data:`TAIL_ROUND_TRIPS` round trips of one
-    microbatch (the least time from the start of F(0) to the end of B(0)) when that is shorter; in the time unit
-    of ``problem`` (ticks in the search, which works on the ticked problem)."""
-    return min(makespan, TAIL_ROUND_TRIPS * (round_trips(problem)[0] + problem.backward[0]))
-
-
 def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Callable[[Timeline], float],
             deadline: float, num_workers: int, seed: int = 0, target: float = 0.0,
             should_stop: Callable[[], bool] = lambda: False,
@@ -229,9 +211,7 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
             return int(round(max(timeline.end)))
 
         for width in TAIL_WIDTHS:
-            makespan = end()
-            share = width * tail_span(problem, makespan) / makespan if makespan > 0 else width
-            yield Neighbourhood(int(makespan * (1 - share)), makespan), tail_s, TAIL_SHARE
+            yield Neighbourhood(int(end() * (1 - width)), end()), tail_s, TAIL_SHARE
         for window in windows(end(), seed):
             yield window, SUB_SOLVE_S, 1.0
 

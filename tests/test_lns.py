@@ -52,9 +52,7 @@ def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(large: bo
     """The first neighbourhoods free the incumbent's last TAIL_WIDTHS of time, each with up to TAIL_S seconds
     (LARGE_TAIL_S on a model of more than the solver's LARGE_MODEL_OPS ops; at most TAIL_SHARE of the time left
     either way); each tail is taken of the incumbent as it is then (so after the first improves it, the second
-    ends at the new makespan); the sliding windows of 1 s follow. The tails here are shares of the makespan
-    (however many round trips it lasts: the next test has those)."""
-    monkeypatch.setattr(lns, "TAIL_ROUND_TRIPS", 1e9)
+    ends at the new makespan); the sliding windows of 1 s follow."""
     tail_s = lns.TAIL_S
     if large:  # this model counted as large, with a tail limit below TAIL_SHARE of the 4 s, so that it shows
         tail_s = 1.2
@@ -96,39 +94,6 @@ def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(large: bo
     # The sliding windows are measured on the incumbent as the tails left it.
     first_slide, end = seen[len(lns.TAIL_WIDTHS)]
     assert (first_slide.begin, first_slide.end) == (end - max(1, int(end * WIDTHS[0])), end)
-
-
-def test_tails_are_shares_of_the_makespan_or_of_three_round_trips_when_the_run_is_longer() -> None:
-    """A round trip of stage 0 here: F 1 + 1.5 + 1, B 2 + 1 + 1.5 and four link latencies of 0.25, 9 in all."""
-    problem = Problem.build(3, 6, forward=[1.0, 1.5, 1.0], backward=[1.5, 1.0, 2.0], backward_weight=0.5,
-                            comm=0.25, weight_activation=0.5, budget=2)
-    assert lns.TAIL_ROUND_TRIPS == 3.0
-    assert lns.tail_span(problem, 100.0) == pytest.approx(27.0)
-    assert lns.tail_span(problem, 20.0) == 20.0
-
-
-def test_on_a_long_run_the_tails_are_shares_of_three_round_trips(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One microbatch at a time (57 time units here) lasts longer than three round trips (27), so the tails
-    free the last 20 %, 25 %, ... of 27 time units, not of the makespan."""
-    problem = Problem.build(3, 6, forward=[1.0, 1.5, 1.0], backward=[1.5, 1.0, 2.0], backward_weight=0.5,
-                            comm=0.25, weight_activation=0.5, budget=2)
-    ticked, scale, _ = tick_problem(problem)
-    poor = gpipe_with_flush_size(ticked, 1, name="gpipe-1")
-    makespan = round(max(simulate(ticked, poor).end))
-    assert makespan / scale == pytest.approx(57.0)
-    model = _Model(ticked, "makespan", _horizon(ticked, poor, "makespan"))
-    seen: list[lns.Neighbourhood] = []
-    restrict = lns._restrict
-
-    def recorded(base: lns.LnsModel, incumbent: lns.Placed, window: lns.Neighbourhood, bound: int) -> Any:
-        seen.append(window)
-        return restrict(base, incumbent, window, bound)
-
-    monkeypatch.setattr(lns, "_restrict", recorded)
-    _neighbourhood_search(model, poor, SolverSettings(num_workers=1), time.monotonic() + 1.5, stop=None)
-    first = seen[0]
-    assert first.end == makespan
-    assert first.end - first.begin == pytest.approx(lns.TAIL_WIDTHS[0] * 27.0 * scale, abs=1)
 
 
 # CP-SAT's (9.15) workers that build a linear relaxation whatever the level, besides every "*max_lp*" one; kept
