@@ -814,7 +814,7 @@ class _SweepPlace:
         self.store: Any = None
         self.executor: Any = None
         self.created: Path | None = None  # the first folder of --out's path that this run created
-        self.held: int | None = None  # the handle holding --out's lock (:meth:`_hold`)
+        self.held: int | None = None  # the handle holding --out's lock (:meth:`_make_and_hold`)
 
     def __enter__(self) -> _SweepPlace:
         from pipeplan.executors import make_executor
