@@ -172,7 +172,7 @@ def cli() -> None:
       pipeplan report results/seed --force
       pipeplan export results/seed --out seed.csv
       pipeplan frontier models/split-8x32.yaml --budgets 8:16:2
-      pipeplan size models/size-llama3.1-70b.yaml --out results/size-llama3.1-70b
+      pipeplan size models/size-llama3.1-70b.yaml --out llama
 
     A bad config or flag exits with status 2 and a one-line message; add --debug for the traceback.
     """
@@ -662,6 +662,9 @@ def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, 
                   what=f": schedule {name}, {counted(problem.num_devices, 'rank')}, "
                   f"{counted(problem.num_model_stages, 'stage')}, "
                   f"{counted(problem.num_microbatches, 'microbatch', 'microbatches')}, {problem.placement} placement")
+    fitted = _fitted_note(problem, results.timelines[name].schedule)
+    if fitted:
+        click.echo(f"note: {fitted}", err=True)
     row = next(row for row in results.summary["schedules"] if row["schedule"] == name)
     if not row["feasible"]:  # read_results replayed it and checked the summary's figures
         from pipeplan.report.tables import format_memory, over_budget_note
@@ -671,6 +674,22 @@ def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, 
                 else f"{name} peaks at {format_memory(row['peak_memory'])} {results.config.units.memory}, over the "
                 f"budget of {format_memory(budget)}")
         click.echo(f"note: {over}; torch holds that much when it runs the file", err=True)
+
+
+# The named schedules pipeplan fits to a budget, and the torch class each is otherwise the same as.
+_FITTED_TORCH = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
+
+
+def _fitted_note(problem: Any, schedule: Any) -> str:
+    """Why an exported 1F1B or GPipe is not torch's class of that name, when the budget fitted it (a shorter
+    warm-up; more, smaller flushes); "" for any other schedule, or one the budget left as frameworks run it."""
+    torch_class = _FITTED_TORCH.get(schedule.name)
+    if torch_class is None or generate(schedule.name, problem.with_budget(None)).orders == schedule.orders:
+        return ""
+    how = ("a shorter warm-up" if schedule.name == "1f1b"
+           else f"{counted(schedule.flushes, 'flush', 'flushes')} instead of one")
+    return (f"{schedule.name} is fitted to the budget here ({how}), so this file is not torch's {torch_class}; "
+            "torch runs the file's order as written")
 
 
 def _why_not_solved(summary: dict[str, Any], name: str) -> str:
@@ -1128,7 +1147,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
 
     \b
     Examples:
-      pipeplan size models/size-llama3.1-70b.yaml --out results/size-llama3.1-70b
+      pipeplan size models/size-llama3.1-70b.yaml --out llama
       pipeplan size models/size-llama3.1-70b.yaml --ray auto --store sizing.sqlite
     """
     from pipeplan.report.sizing import gain_sentence, per_gpu_count_table, top_table, write_size_folder

@@ -313,6 +313,27 @@ def test_export_names_why_a_schedule_is_missing_and_warns_over_the_budget(
     assert code == 0 and err == ""  # the chosen schedule fits
 
 
+def test_export_says_when_1f1b_or_gpipe_is_fitted_to_the_budget(result_folder: Path,
+                                                               capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
+    """Under a budget pipeplan fits 1F1B (a shorter warm-up) and GPipe (more flushes), and the file is then not
+    torch's Schedule1F1B or ScheduleGPipe: export says so (the terminal said nothing; only the HTML report's
+    headline named it). A 1F1B the budget leaves as it is gets no note."""
+    code, _, err = run(capsys, "export", str(result_folder), "--schedule", "gpipe", "--out", str(tmp_path / "g.csv"))
+    assert code == 0 and err.startswith("note: gpipe is fitted to the budget here (6 flushes instead of one), so "
+                                        "this file is not torch's ScheduleGPipe"), err
+    code, _, err = run(capsys, "export", str(result_folder), "--schedule", "1f1b", "--out", str(tmp_path / "f.csv"))
+    assert code == 0 and err == ""  # 1F1B's own warm-up fits this budget
+    config = tmp_path / "tight.yaml"
+    config.write_text("pipeline: {num_stages: 4, num_microbatches: 8}\nmemory: {budget: 2}\n", encoding="utf-8")
+    assert main(["solve", str(config), "--time-limit", "1", "--workers", "1", "--quiet", "--out",
+                 str(tmp_path / "tight")]) == 0
+    capsys.readouterr()
+    code, _, err = run(capsys, "export", str(tmp_path / "tight"), "--schedule", "1f1b", "--out", "-")
+    assert code == 0 and err.startswith("note: 1f1b is fitted to the budget here (a shorter warm-up), so this "
+                                        "file is not torch's Schedule1F1B; torch runs the file's order as written")
+
+
 def test_why_not_solved_names_another_layout() -> None:
     summary = {"skipped": {}, "other_layouts": [{"schedule": "zb-v", "num_chunks": 2, "placement": "v"}]}
     assert pipeplan.cli._why_not_solved(summary, "zb-v") == (
