@@ -187,8 +187,8 @@ def _expand(
 
     ``devices[s]`` is the device of model stage s. A scalar or per-device value describes the device's whole
     share of the model; with ``split_over_chunks`` it is divided evenly across the device's chunks, so that
-    changing ``num_chunks`` never changes the model. ``negative`` is the message for a value below 0 (``name``
-    and ``value`` filled in).
+    changing ``num_chunks`` never changes the model. ``negative`` is the message for a value below 0 (``name``,
+    the value's place, ``field`` and ``value`` filled in).
     """
     num_model_stages = num_devices * num_chunks
     value = plain_values(name, value)
@@ -202,10 +202,11 @@ def _expand(
         raise ConfigError(f"{name} has {counted(len(values), 'value')}{commas}; give a single "
                           f"number or a list of {accepted}")
     numbers: list[float] = []
-    for item in values:
+    for position, item in enumerate(values):
         number = _as_float(name, item, "a finite number or a list of finite numbers")
-        if number < 0:
-            raise ConfigError(negative.format(name=name, value=shown(item)))
+        if number < 0:  # in a list, the value's place is named: costs.forward[1]
+            where = f"{name}[{position}]" if isinstance(value, (list, tuple)) else name
+            raise ConfigError(negative.format(name=where, field=name, value=shown(item)))
         numbers.append(number)
     if num_chunks > 1 and len(numbers) == num_model_stages:
         return tuple(numbers)
@@ -698,7 +699,7 @@ def _expand_budget(budget: PerStage | None, num_devices: int) -> tuple[float, ..
         return None
     return _expand("memory.budget", budget, num_devices, 1, False, tuple(range(num_devices)),
                    negative="{name} must be positive, got {value} (the activation memory a device may hold; leave "
-                   "{name} out for no limit)")
+                   "{field} out for no limit)")
 
 
 def _devices_of_stages(num_devices: int, num_chunks: int, placement: str) -> tuple[int, ...]:

@@ -385,3 +385,14 @@ def test_mixing_per_model_stage_lists_with_device_shares_is_warned_about(tmp_pat
         path.write_text(same, encoding="utf-8")
         load_config(path)
     assert not caplog.records
+
+
+def test_a_negative_value_in_a_list_is_named_by_its_place() -> None:
+    """`costs.forward: [1, -2, 1, 1]` said "costs.forward must be >= 0, got -2", without saying which value."""
+    with pytest.raises(ConfigError, match=r"^costs\.forward\[1\] must be >= 0, got -2$"):
+        Problem.build(4, 8, forward=[1, -2, 1, 1])
+    with pytest.raises(ConfigError, match=r"^memory\.budget\[2\] must be positive, got -1 \(.*; leave memory\.budget "
+                                          r"out for no limit\)$"):
+        Problem.build(4, 8, budget=[4, 4, -1, 4])
+    with pytest.raises(ConfigError, match=r"^costs\.forward must be >= 0, got -2$"):
+        Problem.build(4, 8, forward=-2)

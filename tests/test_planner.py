@@ -272,6 +272,7 @@ def test_peaks_from_orders_need_every_op_to_take_time() -> None:
 @pytest.mark.parametrize(("keywords", "message"), [
     ({"memory_budget": 0.5}, "memory_budget (0.5) on device 0 is below one activation (1)"),
     ({"forward": -1}, "forward must be >= 0, got -1"),
+    ({"forward": [1, -2, 1, 1]}, "forward[1] must be >= 0, got -2"),
     ({"total_microbatches": 0}, "total_microbatches must be >= 1, got 0"),
     ({"backward_weight": [1, 0, 1, 1]}, "backward_weight must be > 0 on every stage or 0 on every stage"),
     ({"weight_activation": 0.5}, "weight_activation is 0.5 but the backward is not split (backward_weight is 0)"),
