@@ -262,6 +262,11 @@ def _section(data: dict[str, Any], name: str, keys: tuple[str, ...] | list[str])
     return value
 
 
+# The first cell of a torch schedule CSV (0F0, 3I2, or an overlapped pair "(0F3;3B1)OVERLAP_F_B"), which YAML reads
+# as one text.
+_ACTION_CELL = re.compile(r"\s*\(?\d+[FIBW]\d+\b")
+
+
 def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget: bool = False,
                      base: Path | None = None) -> Config:
     """Validate a parsed config (the YAML's top-level mapping) and build a :class:`Config`.
@@ -271,8 +276,10 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
     working directory).
     """
     if not isinstance(data, dict):
+        torch_csv = (" (this looks like a torch schedule CSV: replay it with 'pipeplan simulate CONFIG "
+                     "--from-torch-csv FILE')" if isinstance(data, str) and _ACTION_CELL.match(data) else "")
         raise ConfigError(
-            f"the top level must be a mapping with keys {', '.join(_SECTIONS)}, got {type(data).__name__}"
+            f"the top level must be a mapping with keys {', '.join(_SECTIONS)}, got {type(data).__name__}{torch_csv}"
         )
     unknown = [k for k in data if k not in _SECTIONS]
     if unknown:

@@ -396,3 +396,16 @@ def test_a_negative_value_in_a_list_is_named_by_its_place() -> None:
         Problem.build(4, 8, budget=[4, 4, -1, 4])
     with pytest.raises(ConfigError, match=r"^costs\.forward must be >= 0, got -2$"):
         Problem.build(4, 8, forward=-2)
+
+
+def test_a_torch_csv_given_as_the_config_is_told_so(tmp_path: Path) -> None:
+    """A torch schedule CSV given where a config goes read as one YAML text ("got str"): now the message says what
+    the file looks like and where it goes."""
+    path = tmp_path / "plan.csv"
+    path.write_text("0F0,0F1,0I0,0W0\n1F0,1I0,1W0,1F1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"got str \(this looks like a torch schedule CSV: replay it with 'pipeplan "
+                                          r"simulate CONFIG --from-torch-csv FILE'\)$"):
+        load_config(path)
+    path.write_text("hello\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"got str$"):
+        load_config(path)
