@@ -51,6 +51,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Exit status for a user error (bad config, flag or budget), as click uses for usage errors.
 USER_ERROR = 2
+# What `solve --out DIR` writes in DIR.
+_SOLVE_FILES = "summary.json, metrics.csv, schedules/, report.html"
 
 
 class OutputClosed(Exception):
@@ -571,6 +573,8 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
         message = _INTERRUPTED_SEARCH if comparison.optimal.interrupted else _interrupted_late("the search")
         if fmt == "json":
             click.echo(json.dumps(summary, indent=2))
+            if out is not None:  # on stderr: stdout is the JSON alone, for a pipe
+                click.echo(f"wrote {out}/{_SOLVE_FILES}", err=True)
             _exit_if_interrupted(stop, message)
             return
         from pipeplan.report.tables import comparison_table, format_gap, over_budget_notes
@@ -596,7 +600,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
                 f"{row['placement']} reaches {opt.objective_name} {row[opt.objective_name]:g} {cfg.units.time} "
                 "within the budget; set them under pipeline: to optimize that layout", soft_wrap=True)
         if out is not None:
-            console.print(f"wrote {out}/summary.json, metrics.csv, schedules/, report.html")
+            console.print(f"wrote {out}/{_SOLVE_FILES}")
         _exit_if_interrupted(stop, message)
 
 

@@ -363,6 +363,7 @@ def test_solve_out_writes_the_contract_files(capsys: pytest.CaptureFixture[str],
     out = tmp_path / "run"
     code, stdout, err = run(capsys, "solve", TINY, "--time-limit", "2", "--format", "json", "--out", str(out))
     assert code == 0, err
+    assert err == f"wrote {out}/summary.json, metrics.csv, schedules/, report.html\n"  # stdout is the JSON alone
     summary = json.loads(stdout)
     assert json.loads((out / "summary.json").read_text(encoding="utf-8")) == summary
     assert sorted(p.name for p in out.iterdir()) == ["metrics.csv", "report.html", "schedules", "summary.json"]
