@@ -167,6 +167,8 @@ _ANOTHER = "another store file (--store FILE; Store(path) in Python)"
 
 
 def _refuse(path: Path, why: str) -> StoreError:
+    if path.is_dir():
+        return StoreError(f"{str(path)!r} {why}; pick {_ANOTHER}, e.g. {str(path / 'store.sqlite')!r}")
     return StoreError(f"{str(path)!r} {why}; pick {_ANOTHER} or move that file away. pipeplan never "
                       "overwrites a file that is not its own store")
 

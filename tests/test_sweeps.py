@@ -398,7 +398,9 @@ def test_a_file_that_is_not_a_usable_store_exits_2_and_is_left_alone(capsys: pyt
 BAD_PLACES = [
     ("store-in-unwritable-place", ["--store", "/proc/pipeplan/store.sqlite"],
      f"pick {ANOTHER} in a folder you can write to"),
-    ("store-is-a-folder", ["--store", "."], f"is a folder, not a store file; pick {ANOTHER}"),
+    # (it also said "or move that file away", of a folder)
+    ("store-is-a-folder", ["--store", "."], f"'.' is a folder, not a store file; pick {ANOTHER}, e.g. "
+                                            "'store.sqlite'"),
     ("ray-address-unreachable", ["--ray", "127.0.0.1:9"], "cannot reach a Ray cluster at '127.0.0.1:9'"),
     ("ray-address-malformed", ["--ray", "headnode"], "--ray 'headnode' is not HOST:PORT"),
 ]
