@@ -671,12 +671,9 @@ def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, 
         click.echo(f"note: {fitted}", err=True)
     row = next(row for row in results.summary["schedules"] if row["schedule"] == name)
     if not row["feasible"]:  # read_results replayed it and checked the summary's figures
-        from pipeplan.report.tables import format_memory, over_budget_note
+        from pipeplan.report.tables import over_budget_note
 
-        budget = results.summary["memory_budget"]
-        over = (over_budget_note(row, budget, results.config.units) if isinstance(budget, list)
-                else f"{name} peaks at {format_memory(row['peak_memory'])} {results.config.units.memory}, over the "
-                f"budget of {format_memory(budget)}")
+        over = over_budget_note(row, results.summary["memory_budget"], results.config.units)
         click.echo(f"note: {over}; torch holds that much when it runs the file", err=True)
 
 
@@ -826,9 +823,7 @@ class _SweepPlace:
                                   "outside the folder")
             store_path = None  # --out's own store, named: kept as it is without --store (it was deleted)
         self.asked_force = force  # --force itself; self.force also lets the run replace its own unfinished folder
-        self.resuming = out is not None and is_unfinished_sweep(out)
-        self.force = force or self.resuming
-        _refuse_existing(out, self.force)
+        self._settle(out)
         self.in_out = store_path is None and out is not None
         self.store_path = out / STORE_NAME if self.in_out and out is not None else store_path
         self.jobs = jobs
@@ -875,6 +870,11 @@ class _SweepPlace:
                 self.created = first
             except FileExistsError:  # another run made it meanwhile: looked at under the lock below
                 pass
+        self._lock(out)
+        self._settle(out, made=was_missing and not any(out.iterdir()))
+
+    def _lock(self, out: Path) -> None:
+        """Take --out's lock (see :meth:`_make_and_hold`), or say why there is none."""
         try:
             import fcntl
         except ImportError:  # not a POSIX system: no lock
@@ -888,10 +888,18 @@ class _SweepPlace:
         except OSError as exc:  # a file system without locks: run unguarded, as without flock
             log.warning("cannot lock %s (%s): a second sweep started on it meanwhile would not be refused", out,
                         exc.strerror or exc)
-        if is_unfinished_sweep(out) or (was_missing and not any(out.iterdir())):
-            self.force = True  # this run's folder (or a killed run's), holding only the store: the result replaces it
-        else:  # finished by another run since this one looked: replaced only with --force, as at the start
-            _refuse_existing(out, self.asked_force)
+
+    def _settle(self, out: Path | None, made: bool = False) -> None:
+        """Whether this run may replace --out at the end (``self.force``): with --force, when --out is an
+        unfinished sweep (a folder holding only a store: this run resumes it), or when this run has just ``made``
+        it; else an existing --out is refused, as by every command (and --force without --out warned about).
+        Decided at the start and again under the lock, since another run may have made, finished or replaced
+        the folder in between."""
+        if made:
+            self.force = True
+            return
+        self.force = self.asked_force or (out is not None and is_unfinished_sweep(out))
+        _refuse_existing(out, self.force)
 
     def _release(self) -> None:
         if self.held is not None:

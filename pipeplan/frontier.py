@@ -29,7 +29,7 @@ from pipeplan.config import SolverSettings
 from pipeplan.executors import Executor
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.planner import evaluate_named
-from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect, renamed
+from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect, is_number, renamed
 from pipeplan.schedule import Schedule, check_complete
 from pipeplan.simulate import Timeline, simulate
 from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve_checked
@@ -302,24 +302,24 @@ def _solve_budget(job: tuple[Problem, SolverSettings, StopRequest | None]) -> Ta
 _SOLVED_FIELDS = ("lower_bound", "solve_time_s", "source")
 
 
-def _check_stored(row: StoredRow) -> None:
+def _check_stored(row: StoredRow, problem: Problem) -> None:
     """Refuse (ValueError) a stored budget the frontier cannot read, which then runs again (see
     :meth:`pipeplan.store.Store.get`): a record that neither says why no schedule fits nor has the fields of a
-    solve, or a solve's schedule that does not read or is not one of its problem's. Named metrics that do not read
-    are replayed instead (:func:`_named_metrics`)."""
+    solve, or a solve's schedule that does not read or is not one of ``problem``'s (the budget's, whose hash is
+    the row's key). Named metrics that do not read are replayed instead (:func:`_named_metrics`)."""
     record = row.record or {}
     if "infeasible" in record:
         return
     require_fields(record, _SOLVED_FIELDS)
     for name in ("lower_bound", "solve_time_s"):
-        if isinstance(record[name], bool) or not isinstance(record[name], (int, float)):
+        if not is_number(record[name]):
             raise ValueError(f"its {name} is not a number")
     try:
-        problem, schedule = row.problem(), schedule_of(row)
+        schedule = schedule_of(row)
     except (KeyError, TypeError) as exc:
-        raise ValueError(f"its problem or schedule does not read ({exc!r})") from None
-    if problem is None or schedule is None:
-        raise ValueError("it has no problem or no schedule")
+        raise ValueError(f"its schedule does not read ({exc!r})") from None
+    if schedule is None:
+        raise ValueError("it has no schedule")
     check_complete(problem, schedule)  # a ScheduleError (a ValueError) for orders that are not the problem's
 
 
@@ -348,9 +348,11 @@ def _frontier_tasks(problem: Problem, ordered: list[float], settings: SolverSett
             rows_at[budget] = [_infeasible_row(budget, str(exc))]
     tasks = {budget: Task(task_key("frontier", {"problem": p, "settings": settings}), f"budget {budget:g}",
                           (p, settings, stop)) for budget, p in at.items()}  # keyed by budget
+    problem_of = {task.key: at[budget] for budget, task in tasks.items()}  # keyed by task key
     outcome = run_tasks(list(tasks.values()), _solve_budget, kind="frontier", executor=executor, store=store,
                         refresh=refresh, num_cpus=settings.num_workers, progress=progress,
-                        should_stop=None if stop is None else (lambda: stop.requested), check=_check_stored)
+                        should_stop=None if stop is None else (lambda: stop.requested),
+                        check=lambda row: _check_stored(row, problem_of[row.key]))
     stats.update(total=len(tasks), reused=outcome.reused, ran=outcome.ran,
                  failures={tasks[b].label: outcome.failures[t.key] for b, t in tasks.items()
                            if t.key in outcome.failures})

@@ -167,8 +167,6 @@ _ANOTHER = "another store file (--store FILE; Store(path) in Python)"
 
 
 def _refuse(path: Path, why: str) -> StoreError:
-    if path.is_dir():
-        return StoreError(f"{str(path)!r} {why}; pick {_ANOTHER}, e.g. {str(path / 'store.sqlite')!r}")
     return StoreError(f"{str(path)!r} {why}; pick {_ANOTHER} or move that file away. pipeplan never "
                       "overwrites a file that is not its own store")
 
@@ -216,7 +214,8 @@ class Store:
 
     def _open(self) -> sqlite3.Connection:
         if self.path.is_dir():
-            raise _refuse(self.path, "is a folder, not a store file")
+            raise StoreError(f"{str(self.path)!r} is a folder, not a store file; pick {_ANOTHER}, e.g. "
+                             f"{str(self.path / 'store.sqlite')!r}")
         try:
             with open(self.path, "rb") as file:
                 head = file.read(16)
@@ -288,16 +287,16 @@ class Store:
             for key, kind, label, record, problem, orders, error in self._db.execute(
                     f"SELECT key, kind, label, record, problem, orders, error FROM results WHERE key IN ({marks}) "
                     "AND error IS NULL", chunk):
+                # A row left out runs again, and its row is replaced.
                 try:
                     row = self._row(key, kind, label, record, problem, orders, error)
                     if check is not None:
-                        try:
-                            check(row)
-                        except ValueError as exc:
-                            raise self._damaged(kind, label, key, exc) from exc
+                        check(row)
                     found[key] = row
-                except StoreError as exc:  # left out: the task runs again and its row is replaced
+                except StoreError as exc:  # its JSON does not read (said by _row)
                     log.warning("%s; running it again", exc)
+                except ValueError as exc:  # refused by check
+                    log.warning("%s; running it again", self._damaged(kind, label, key, exc))
         return found
 
     def rows(self) -> list[StoredRow]:

@@ -126,8 +126,12 @@ def over_budget_notes(summary: dict[str, Any], units: Units) -> list[str]:
     return [over_budget_note(row, budget, units) for row in summary["schedules"] if not row["feasible"]]
 
 
-def over_budget_note(row: dict[str, Any], budget: Sequence[float], units: Units) -> str:
-    """The line of :func:`over_budget_notes` for one schedule's summary row over the per-device ``budget``."""
+def over_budget_note(row: dict[str, Any], budget: float | Sequence[float], units: Units) -> str:
+    """The line of :func:`over_budget_notes` for one schedule's summary row over the per-device ``budget``; over
+    one budget for every device, its peak and that budget."""
+    if not isinstance(budget, Sequence):
+        return (f"{row['schedule']} peaks at {format_memory(row['peak_memory'])} {units.memory}, over the budget of "
+                f"{format_memory(budget)}")
     over = [f"{d} ({format_memory(peak)} against {format_memory(limit)})"
             for d, (peak, limit) in enumerate(zip(row["peak_memory_per_device"], budget))
             if peak > limit * (1 + 1e-9)]

@@ -54,13 +54,19 @@ from pipeplan.store import (
 
 log = logging.getLogger(__name__)
 
+# The columns that say which configuration a row is (:func:`_setup_columns`).
+SETUP_FIELDS = ("num_gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size",
+                "num_microbatches", "num_chunks", "recompute")
 # Columns of the sweep's DataFrame, in order.
 COLUMNS = (
-    "num_gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size", "num_microbatches",
-    "num_chunks", "recompute", "schedule", "fits", "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
+    *SETUP_FIELDS, "schedule", "fits", "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
     "bubble", "memory_gib", "static_memory_gib", "activation_memory_gib", "capacity_gib", "pipeline_time_s",
     "grad_sync_exposed_s", "optimizer_s", "status", "gap", "note", "skipped",
 )
+# What a stored row holds: a skipped configuration's, its setup, the schedule and why; any other, every column but
+# "skipped".
+_SKIPPED_FIELDS = (*SETUP_FIELDS, "schedule")
+_RAN_FIELDS = tuple(column for column in COLUMNS if column != "skipped")
 
 
 # Progress of a sweep (done / total, reused, failed, last finished), as the store's task loop reports it.
@@ -355,19 +361,13 @@ def _setup(model: Model, hardware: Hardware, gpus: int, tp: int, pp: int, mbs: i
     return "", setup
 
 
-# The columns that say which configuration a row is (:func:`_setup_columns`).
-SETUP_FIELDS = ("num_gpus", "tensor_parallel", "pipeline_parallel", "data_parallel", "microbatch_size",
-                "num_microbatches", "num_chunks", "recompute")
-
-
 def _check_stored(row: StoredRow) -> None:
     """Refuse (ValueError) a stored row the sweep cannot read, which then runs again (see
     :meth:`pipeplan.store.Store.get`): a skipped configuration's record has its setup, the schedule and why it
     was skipped; any other has every column but "skipped". (Read as it is, a record edited to ``{}`` made every
     configuration look as if nothing fitted.)"""
     record = row.record or {}
-    require_fields(record, (*SETUP_FIELDS, "schedule") if "skipped" in record
-                   else [c for c in COLUMNS if c != "skipped"])
+    require_fields(record, _SKIPPED_FIELDS if "skipped" in record else _RAN_FIELDS)
 
 
 def _setup_columns(setup: Setup) -> dict[str, Any]:
