@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import decimal
-import json
 import logging
 import math
 import os
@@ -37,6 +36,7 @@ from pipeplan.report.files import (
     check_output_folder,
     config_record,
     is_unfinished_sweep,
+    printed_json,
     write_file,
     write_folder,
     write_results,
@@ -221,7 +221,7 @@ def simulate_cmd(config: str, schedule_name: str | None, torch_csv: str | None, 
         schedule = generate(schedule_name, cfg.problem)
     metrics = compute_metrics(simulate(cfg.problem, schedule)).to_dict()
     if fmt == "json":
-        click.echo(json.dumps(metrics, indent=2))
+        click.echo(printed_json(metrics))
         return
     from pipeplan.report.tables import metrics_table
 
@@ -572,7 +572,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
         # the answer whole.
         message = _INTERRUPTED_SEARCH if comparison.optimal.interrupted else _interrupted_late("the search")
         if fmt == "json":
-            click.echo(json.dumps(summary, indent=2))
+            click.echo(printed_json(summary, exact=("config",)))
             if out is not None:  # on stderr: stdout is the JSON alone, for a pipe
                 click.echo(f"wrote {out}/{_SOLVE_FILES}", err=True)
             _exit_if_interrupted(stop, message)

@@ -21,7 +21,8 @@ from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS, UNSOLVABLE_CONFIGS
 
 import pipeplan.cli
 import pipeplan.report.html
-from pipeplan import ConfigError, __version__, formulas, schedule_names
+from pipeplan import ConfigError, __version__, compute_metrics, formulas, generate, load_config, schedule_names
+from pipeplan import simulate as replay
 from pipeplan.cli import INTERNAL_ERROR, USER_ERROR, cli, format_progress, format_sweep, main, parse_budgets
 from pipeplan.frontier import SweepProgress
 from pipeplan.solver import Progress
@@ -218,6 +219,20 @@ def test_json_seed_values_follow_the_closed_forms(capsys: pytest.CaptureFixture[
     assert data["flushes"] == formulas.gpipe_flushes(64, 8)
     assert data["makespan"] == formulas.gpipe_makespan(8, 64, 8, 1.0, 2.0)
     assert data["peak_memory"] == 8 and data["feasible"]
+
+
+def test_json_floats_are_rounded_as_the_csvs_are(capsys: pytest.CaptureFixture[str]) -> None:
+    """Sums of binary floats print at twelve significant digits (6.7, not 6.699999999999999), as in the CSVs."""
+    split = str(ROOT / "models" / "split-8x32.yaml")
+    code, out, err = run(capsys, "simulate", split, "--schedule", "zb-h1", "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    problem = load_config(split).problem
+    exact = compute_metrics(replay(problem, generate("zb-h1", problem)))
+    assert exact.peak_memory_per_device[2] != 6.7  # the unrounded sum this test is about
+    assert data["peak_memory_per_device"] == [float(f"{v:.12g}") for v in exact.peak_memory_per_device]
+    assert data["peak_memory_per_device"][2] == 6.7
+    assert data["utilization"] == pytest.approx(exact.utilization, rel=1e-11)
 
 
 def test_table_names_the_config_and_units(capsys: pytest.CaptureFixture[str]) -> None:
@@ -742,8 +757,8 @@ def test_schedules_skipped_for_one_reason_share_a_line() -> None:
 
 
 def test_result_csvs_write_floats_without_binary_noise(tmp_path: Path) -> None:
-    """GPipe's makespan on split-8x32 is 123.26000000000005 as a float sum of its costs; metrics.csv wrote it so
-    (summary.json keeps the exact float)."""
+    """GPipe's makespan on split-8x32 is 123.26000000000005 as a float sum of its costs; metrics.csv and
+    summary.json write it as 123.26."""
     out = tmp_path / "run"
     assert main(["solve", str(ROOT / "models" / "split-8x32.yaml"), "--time-limit", "1", "--workers", "1",
                  "--out", str(out), "--quiet"]) == 0
@@ -751,4 +766,4 @@ def test_result_csvs_write_floats_without_binary_noise(tmp_path: Path) -> None:
                  if line.startswith("gpipe,"))
     assert gpipe.startswith("gpipe,True,123.26,123.26,"), gpipe
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    assert next(r for r in summary["schedules"] if r["schedule"] == "gpipe")["makespan"] == 123.26000000000005
+    assert next(r for r in summary["schedules"] if r["schedule"] == "gpipe")["makespan"] == 123.26

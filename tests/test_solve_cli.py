@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from pipeplan import Op, OpKind, Problem, Schedule, load_config, simulate
+from pipeplan import Op, OpKind, Problem, Schedule, compute_metrics, load_config, simulate
 from pipeplan.cli import USER_ERROR, main
+from pipeplan.report.files import read_results
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = str(ROOT / "models" / "seed-8x64.yaml")
@@ -288,3 +289,22 @@ def test_table_gives_a_tie_to_the_named_schedule(capsys: pytest.CaptureFixture[s
     assert summary["chosen"] == "1f1b"
     assert by_name(summary)["optimal"]["makespan"] == by_name(summary)["1f1b"]["makespan"] == 213.0
     assert by_name(summary)["optimal"]["status"] == "OPTIMAL"
+
+
+def test_json_rounds_results_but_not_the_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Results are written at twelve significant digits, printed and in summary.json (which still rebuilds the
+    report: its replay check forgives far more); the config, which reproduces the run, is written as given."""
+    path = tmp_path / "digits.yaml"
+    path.write_text(FAMILY_YAML.replace("forward: 1.0", "forward: 1.2345678901234567"), encoding="utf-8")
+    out = tmp_path / "out"
+    printed = solve_json(capsys, str(path), "--time-limit", "2", "--out", str(out))
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8")) == printed
+    assert printed["config"]["costs"]["forward"] == 1.2345678901234567
+    results = read_results(out)  # replays every schedule and checks the summary's numbers against it
+    pairs = [(row[key], getattr(compute_metrics(results.timelines[row["schedule"]]), key))
+             for row in printed["schedules"] for key in ("makespan", "stage_span", "utilization", "bubble")]
+    assert len(pairs) > 8
+    assert any(value != exactly for value, exactly in pairs)  # some sum of these costs is not a short float
+    assert all(value == float(f"{exactly:.12g}") for value, exactly in pairs)
+    code, _, err = run(capsys, "report", str(out), "--force")
+    assert code == 0, err

@@ -74,9 +74,26 @@ def timeline_records(timeline: Timeline) -> list[dict[str, Any]]:
     ]
 
 
-# How result CSVs write floats: twelve significant digits, so that sums of costs read 123.26, not the
-# 123.26000000000005 of their binary floats (summary.json keeps every float exactly).
+# How result files write floats: twelve significant digits, so that sums of costs read 123.26, not the
+# 123.26000000000005 of their binary floats (a replay's check forgives far more: _REPLAY_TOLERANCE).
 CSV_FLOAT_FORMAT = "%.12g"
+
+
+def printed_json(record: dict[str, Any], exact: tuple[str, ...] = ()) -> str:
+    """``record`` as indented JSON (``--format json``, summary.json), its floats at the twelve significant digits
+    of the result CSVs (:data:`CSV_FLOAT_FORMAT`): 6.7, not the 6.699999999999999 of a sum of binary floats. The
+    top-level keys in ``exact`` are written as they are (a config, which saved as YAML reproduces the run)."""
+
+    def rounded(value: Any) -> Any:
+        if isinstance(value, float):
+            return float(CSV_FLOAT_FORMAT % value)  # inf and nan read back as themselves
+        if isinstance(value, dict):
+            return {key: rounded(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [rounded(item) for item in value]
+        return value
+
+    return json.dumps({key: value if key in exact else rounded(value) for key, value in record.items()}, indent=2)
 
 
 def metrics_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -428,7 +445,7 @@ def write_results(out: Path, summary: dict[str, Any], timelines: dict[str, Timel
     """Write a comparison's result folder: summary.json, metrics.csv, schedules/<name>.json (and ``extra``)."""
 
     def fill(folder: Path) -> None:
-        (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        (folder / "summary.json").write_text(printed_json(summary, exact=("config",)) + "\n", encoding="utf-8")
         metrics_frame(summary["schedules"]).to_csv(folder / "metrics.csv", index=False, float_format=CSV_FLOAT_FORMAT)
         (folder / "schedules").mkdir()
         for name, timeline in timelines.items():
@@ -611,8 +628,8 @@ def _check_shape(summary: Any, path: Path) -> None:
         check(row, {**_LAYOUT_FIELDS, summary["objective"]: (int, float)}, "an 'other_layouts' entry ")
 
 
-# Relative and absolute slack when comparing a stored number with its replay (JSON keeps floats exactly, so
-# this only forgives the last bits of a sum taken in another order).
+# Relative and absolute slack when comparing a stored number with its replay: it forgives the last bits of a sum
+# taken in another order and the rounding to twelve significant digits (CSV_FLOAT_FORMAT: at most 5e-13 of it).
 _REPLAY_TOLERANCE = 1e-9
 
 
