@@ -29,6 +29,7 @@ from pipeplan.frontier import SweepProgress, frontier
 from pipeplan.metrics import compute_metrics
 from pipeplan.planner import compare
 from pipeplan.problem import ConfigError, PipeplanError, counted, did_you_mean, shown
+from pipeplan.reading import STDIN
 from pipeplan.report.files import (
     CSV_FLOAT_FORMAT,
     WriteInterrupted,
@@ -176,7 +177,8 @@ def cli() -> None:
       pipeplan frontier models/split-8x32.yaml --budgets 8:16:2
       pipeplan size models/size-llama3.1-70b.yaml --out llama
 
-    A bad config or flag exits with status 2 and a one-line message; add --debug for the traceback.
+    A config or study given as - is read from the standard input. A bad config or flag exits with status 2 and a
+    one-line message; add --debug for the traceback.
     """
 
 
@@ -204,7 +206,10 @@ def simulate_cmd(config: str, schedule_name: str | None, torch_csv: str | None, 
                                "of the two)")
     if schedule_name is not None and torch_csv is not None:
         raise click.UsageError("Give either '--schedule' NAME or '--from-torch-csv' FILE, not both")
-    cfg = load_config(config)
+    if config == STDIN and torch_csv == STDIN:
+        raise click.UsageError("CONFIG and '--from-torch-csv' cannot both be '-' (one standard input); give one "
+                               "of them as a file")
+    cfg = load_config(_announced(config))
     if torch_csv is not None:
         from pipeplan.torch_csv import read_torch_csv, read_torch_csv_stream
 
@@ -457,6 +462,14 @@ def _settings(cfg: Config, **overrides: Any) -> SolverSettings:
     return replace(cfg.solver, **{k: v for k, v in overrides.items() if v is not None})
 
 
+def _announced(path: str) -> str:
+    """``path`` as given; when it is ``-`` and the standard input is a terminal, say first on stderr that the
+    input is read from there (without it the command would look hung)."""
+    if path == STDIN and sys.stdin is not None and sys.stdin.isatty():
+        click.echo("pipeplan: reading YAML from the standard input; end it with Ctrl-D", err=True)
+    return path
+
+
 def _refuse_existing(out: Path | None, force: bool) -> None:
     """Fail early, before a long solve, when --out may not be replaced or cannot be created; warn that --force
     does nothing without --out."""
@@ -545,7 +558,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
     Example:
       pipeplan solve models/seed-8x64.yaml --time-limit 30 --out results/seed
     """
-    cfg = load_config(config)
+    cfg = load_config(_announced(config))
     _refuse_existing(out, force)
     settings = _settings(cfg, time_limit_s=time_limit, objective=objective, num_workers=workers,
                          random_seed=random_seed)
@@ -1038,7 +1051,8 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
       pipeplan frontier models/split-8x32.yaml --budgets 8:16:1 --workers 1 --jobs 2 --store frontier.sqlite
       pipeplan frontier models/split-8x32.yaml --budgets 5,8,12 --time-limit 10
     """
-    cfg = load_config(config, ignore_budget=True)  # the sweep sets the budget, so the file's may be anything
+    # The sweep sets the budget, so the file's may be anything.
+    cfg = load_config(_announced(config), ignore_budget=True)
     sweep = parse_budgets(budgets)
     settings = _settings(cfg, time_limit_s=time_limit, objective=objective, num_workers=workers,
                          random_seed=random_seed)
@@ -1165,7 +1179,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     from pipeplan.report.sizing import gain_sentence, per_gpu_count_table, top_table, write_size_folder
     from pipeplan.sizing.study import load_study, run_study
 
-    loaded = load_study(study)
+    loaded = load_study(_announced(study))
     if jobs is None and ray_address is None:
         jobs = int(loaded.sweep_kwargs.get("processes", 1))
     stop = StopRequest()
@@ -1237,7 +1251,7 @@ def presets_cmd(study: str | None) -> None:
             raise ConfigError(f"{study!r} is a preset, not a study file: `pipeplan presets` lists every preset "
                               f"with its main numbers, and `pipeplan presets STUDY.yaml` every field of a study's "
                               f"model and GPU")
-        kwargs = load_study(study).sweep_kwargs
+        kwargs = load_study(_announced(study)).sweep_kwargs
         for title, load, presets in (("model", load_model, model_presets()),
                                      ("hardware", load_hardware, hardware_presets())):
             raw = kwargs[title]

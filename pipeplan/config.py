@@ -27,7 +27,7 @@ from pipeplan.problem import (
     python_reason,
     shown,
 )
-from pipeplan.reading import SMALL_FILE_BYTES, read_text
+from pipeplan.reading import SMALL_FILE_BYTES, read_source
 
 log = logging.getLogger(__name__)
 
@@ -344,15 +344,16 @@ def load_yaml(text: str, hint: str = LAYOUT_HINT) -> Any:
 
 
 def load_config(path: str | os.PathLike[str], ignore_budget: bool = False) -> Config:
-    """Read and validate the YAML config at ``path`` (without its ``memory.budget`` if ``ignore_budget``).
+    """Read and validate the YAML config at ``path`` (without its ``memory.budget`` if ``ignore_budget``); the text
+    ``"-"`` reads it from the standard input (named "stdin" unless it sets ``name``; relative paths in it start
+    from the working folder).
 
     Raises :class:`ConfigError` (a ``ValueError``) with a message that names the problem and how to fix it.
     """
     expect("path", path, (str, os.PathLike), "the path of a YAML config file")
-    file = Path(path)
-    text = read_text(file, "config file", MAX_CONFIG_BYTES, larger="a config is a few KB: check that this is the "
-                     "right file")
-    data = load_yaml(text)
+    source = read_source(path, "config file", MAX_CONFIG_BYTES, larger="a config is a few KB: check that this is "
+                         "the right file")
+    data = load_yaml(source.text)
     if data is None:
-        raise ConfigError(f"the config file is empty; write a config there ({LAYOUT_HINT})")
-    return config_from_dict(data, default_name=file.stem, ignore_budget=ignore_budget, base=file.parent)
+        raise ConfigError(f"{source.named} is empty; write a config there ({LAYOUT_HINT})")
+    return config_from_dict(data, default_name=source.name, ignore_budget=ignore_budget, base=source.base)

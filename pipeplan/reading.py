@@ -8,6 +8,9 @@ a :class:`~pipeplan.problem.ConfigError` that names the file and what to do.
 
 from __future__ import annotations
 
+import os
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeplan.problem import ConfigError
@@ -55,3 +58,36 @@ def decoded(raw: bytes, named: str, limit: int, larger: str = "check that this i
         line = raw[:exc.start].count(b"\n") + 1
         raise ConfigError(f"{named} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start} (line "
                           f"{line}) is not valid UTF-8; save the file as UTF-8") from None
+
+
+# The path that names the standard input (as typed: the file of that name is ./-).
+STDIN = "-"
+
+
+@dataclass(frozen=True)
+class Source:
+    """The text of a YAML input (a config or a study) and where it came from: ``name`` is the default name of
+    what it describes (the file's stem, or "stdin"), ``base`` the folder its relative paths start from (the
+    file's, or the working folder for the standard input), ``named`` how messages name it."""
+
+    text: str
+    name: str
+    base: Path
+    named: str
+
+
+def read_source(path: str | os.PathLike[str], what: str, limit: int, larger: str) -> Source:
+    """The text of the ``what`` ("config file") at ``path``, read as :func:`read_text` reads it, or from the
+    standard input when ``path`` is the text ``"-"`` (a Path of that name is the file)."""
+    if isinstance(path, str) and path == STDIN:
+        named = f"the {what.removesuffix(' file')} on the standard input"
+        if sys.stdin is None:  # e.g. a GUI launcher: there is nothing to read
+            raise ConfigError(f"{named} cannot be read: this process has no standard input; give the file's path")
+        stream = getattr(sys.stdin, "buffer", None)
+        try:
+            raw = stream.read(limit + 1) if stream is not None else sys.stdin.read(limit + 1).encode("utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read {named} ({exc.strerror or exc}); give the file's path") from None
+        return Source(decoded(raw, named, limit, larger), "stdin", Path.cwd(), named)
+    file = Path(path)
+    return Source(read_text(file, what, limit, larger=larger), file.stem, file.parent, f"the {what}")

@@ -81,7 +81,8 @@ def profile_costs(path: object, base: Path | None = None, given: tuple[str, ...]
     file = Path(path)
     if not file.is_absolute() and base is not None:
         file = base / file
-    text = read_text(file, "costs.profile", SMALL_FILE_BYTES, missing="the path is relative to the config file")
+    text = read_text(file, "costs.profile", SMALL_FILE_BYTES, missing="the path is relative to the config file (to the "
+                     "working folder for a config read from the standard input)")
     source = f"costs.profile {str(file)!r}"
     costs = parse_profile(text, source=source)
     if layout is not None and all(isinstance(x, int) and x >= 1 for x in layout):

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeplan.config import load_yaml
 from pipeplan.problem import ConfigError, did_you_mean, expect
-from pipeplan.reading import SMALL_FILE_BYTES, read_text
+from pipeplan.reading import SMALL_FILE_BYTES, read_source
 from pipeplan.sizing.records import is_file
 
 if TYPE_CHECKING:
@@ -175,13 +175,13 @@ STUDY_HINT = "start from models/size-llama3.1-70b.yaml (the layout is in the REA
 
 
 def load_study(path: str | os.PathLike[str]) -> Study:
-    """Read and validate the study file at ``path``; errors are :class:`ConfigError` naming the key."""
-    file = Path(path)
-    text = read_text(file, "study file", SMALL_FILE_BYTES)
-    data = load_yaml(text, hint=STUDY_HINT)
+    """Read and validate the study file at ``path`` (the text ``"-"``: from the standard input, as
+    :func:`~pipeplan.config.load_config` reads a config); errors are :class:`ConfigError` naming the key."""
+    source = read_source(path, "study file", SMALL_FILE_BYTES, larger="check that this is the right file")
+    data = load_yaml(source.text, hint=STUDY_HINT)
     if data is None:
-        raise ConfigError(f"the study file is empty; {STUDY_HINT}")
-    return study_from_dict(data, default_name=file.stem, base=file.parent)
+        raise ConfigError(f"{source.named} is empty; {STUDY_HINT}")
+    return study_from_dict(data, default_name=source.name, base=source.base)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,118 @@
+"""``-`` as CONFIG or STUDY: the YAML is read from the standard input (``generate | pipeplan solve -``).
+
+The text ``"-"`` reads the standard input; a file of that name is ``./-`` on the command line, ``Path("-")`` in
+Python. A config read so is named "stdin" unless it sets ``name``, and its relative paths start from the working
+folder.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeplan import load_config
+from pipeplan.cli import USER_ERROR, main
+from pipeplan.sizing.study import load_study
+
+ROOT = Path(__file__).resolve().parent.parent
+V48 = ROOT / "models" / "v-4x8.yaml"
+STUDY = ROOT / "models" / "size-llama3.1-70b.yaml"
+UNNAMED = "pipeline: {num_stages: 4, num_microbatches: 8}\ncosts: {forward: 1.5, backward: 2.5}\n"
+
+
+class Stdin:
+    """A standard input holding ``text`` (and a terminal or not: ``tty``)."""
+
+    def __init__(self, text: str, tty: bool = False) -> None:
+        self.buffer = io.BytesIO(text.encode("utf-8"))
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_piped_config_gives_what_its_file_gives() -> None:
+    """Through a real pipe, in a real process: the same JSON as the file's path."""
+    script = shutil.which("pipeplan") or str(Path(sys.executable).with_name("pipeplan"))
+    command = [script, "simulate", "-", "--schedule", "zb-v", "--format", "json"]
+    piped = subprocess.run(command, input=V48.read_bytes(), capture_output=True, timeout=120)
+    assert piped.returncode == 0, piped.stderr.decode()
+    assert piped.stderr == b""  # not a terminal: no note that it reads the standard input
+    by_path = subprocess.run([script, "simulate", str(V48), *command[3:]], capture_output=True, timeout=120)
+    assert by_path.returncode == 0, by_path.stderr.decode()
+    assert json.loads(piped.stdout) == json.loads(by_path.stdout)
+    assert json.loads(piped.stdout)["makespan"] == 21.98
+
+
+def test_a_config_from_stdin_is_named_stdin_and_reads_paths_from_the_working_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", Stdin(UNNAMED))
+    config = load_config("-")
+    assert config.name == "stdin" and config.problem.forward == (1.5,) * 4
+    (tmp_path / "stages.csv").write_text("stage,forward,backward\n0,1,2\n1,1,2\n2,1,2\n3,1.25,2\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", Stdin("name: mine\npipeline: {num_stages: 4, num_microbatches: 8}\n"
+                                            "costs: {profile: stages.csv}\n"))
+    config = load_config("-")
+    assert config.name == "mine" and config.problem.forward == (1, 1, 1, 1.25)
+
+
+def test_a_path_named_dash_is_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the text "-" means the standard input; Path("-") is the file of that name."""
+    (tmp_path / "-").write_text(UNNAMED, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", Stdin("pipeline: {num_stages: 2, num_microbatches: 2}\n"))
+    assert load_config(Path("-")).problem.num_devices == 4
+    assert load_config("-").problem.num_devices == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "text", "message"),
+    [
+        (["simulate", "-", "--schedule", "1f1b"], "", "the config on the standard input is empty"),
+        (["solve", "-"], "pipeline: {num_stages: 2", "YAML syntax error at line 1"),
+        (["frontier", "-", "--budgets", "2:4:1"], "x" * 1_000_001, "the config on the standard input is larger than"),
+        (["simulate", "-", "--from-torch-csv", "-"], UNNAMED, "CONFIG and '--from-torch-csv' cannot both be '-'"),
+        (["size", "-"], "", "the study on the standard input is empty"),
+        (["presets", "-"], "model: 3\n", "model"),
+    ],
+)
+def test_bad_input_on_stdin_is_named_as_such(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                            argv: list[str], text: str, message: str) -> None:
+    monkeypatch.setattr(sys, "stdin", Stdin(text))
+    code, out, err = run(capsys, *argv)
+    assert code == USER_ERROR == 2
+    assert message in err and "Traceback" not in err and out == ""
+
+
+def test_a_study_from_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    text = STUDY.read_text(encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", Stdin(text))
+    piped = load_study("-")
+    assert piped.sweep_kwargs == load_study(STUDY).sweep_kwargs
+    monkeypatch.setattr(sys, "stdin", Stdin(text))
+    code, out, err = run(capsys, "presets", "-")
+    assert code == 0, err
+    assert out == run(capsys, "presets", str(STUDY))[1] and "llama3.1-70b" in out
+
+
+def test_a_terminal_is_told_where_the_input_is_read(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Typed at a terminal, `pipeplan simulate -` would wait silently: it says first that it reads stdin."""
+    monkeypatch.setattr(sys, "stdin", Stdin(UNNAMED, tty=True))
+    code, out, err = run(capsys, "simulate", "-", "--schedule", "1f1b")
+    assert code == 0, err
+    assert err == "pipeplan: reading YAML from the standard input; end it with Ctrl-D\n"
+    assert "stdin: 1f1b" in out
