@@ -32,7 +32,15 @@ from pipeplan.planner import evaluate_named
 from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect, is_number, renamed
 from pipeplan.schedule import Schedule, check_complete
 from pipeplan.simulate import Timeline, simulate
-from pipeplan.solver import InfeasibleBudget, Progress, SolveResult, StopRequest, objective_of, solve_checked
+from pipeplan.solver import (
+    InfeasibleBudget,
+    Progress,
+    SolveResult,
+    StopRequest,
+    objective_of,
+    settings_with,
+    solve_checked,
+)
 from pipeplan.store import Progress as TaskProgress
 from pipeplan.store import (
     Store,
@@ -173,11 +181,16 @@ def frontier(
     refresh: bool = False,
     task_progress: Callable[[TaskProgress], None] | None = None,
     stats: dict[str, Any] | None = None,
+    objective: str | None = None,
+    time_limit_s: float | None = None,
+    num_workers: int | None = None,
+    random_seed: int | None = None,
 ) -> list[FrontierRow]:
     """For each budget (increasing), every applicable named schedule's row and the optimizer's row.
 
     ``settings``: the optimizer's (:class:`~pipeplan.config.SolverSettings`; a config's ``solver``), its
-    defaults when None.
+    defaults when None; as in :func:`~pipeplan.solver.solve`, the keywords ``objective``, ``time_limit_s`` (of
+    each budget's solve), ``num_workers`` and ``random_seed`` override single fields of it.
 
     Without ``executor`` the budgets are solved one after another, each warm-started from the previous answer.
     With one (see :mod:`pipeplan.executors`), they are solved at once, each on its own; then, in increasing
@@ -196,11 +209,11 @@ def frontier(
     """
     expect("problem", problem, Problem, A_PROBLEM)
     ordered = _checked_budgets(budgets)
-    if settings is None:
-        settings = SolverSettings()
-    if not isinstance(settings, SolverSettings):
+    if settings is not None and not isinstance(settings, SolverSettings):
         raise ConfigError(f"settings must be a SolverSettings (pipeplan.config; a config's solver), or None for "
                           f"the defaults, got {type(settings).__name__}")
+    settings = settings_with(settings, objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
+                             random_seed=random_seed)
     if executor is not None or store is not None:
         return _frontier_tasks(problem, ordered, settings, executor, store, refresh, task_progress, stop,
                                {} if stats is None else stats)

@@ -682,7 +682,7 @@ def solve(
     hints = list(hints)
     for hint in hints:
         expect("each of hints", hint, Schedule, A_SCHEDULE)
-    settings = _settings(settings, objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
+    settings = settings_with(settings, objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
                          random_seed=random_seed)
     return solve_checked(problem, settings, progress=progress, hints=hints, stop=stop)
 
@@ -1027,7 +1027,7 @@ def _run_search(solver: cp_model.CpSolver, model: cp_model.CpModel, callback: _P
         stop._detach(solver)
 
 
-def _settings(settings: SolverSettings | None, **overrides: Any) -> SolverSettings:
+def settings_with(settings: SolverSettings | None, **overrides: Any) -> SolverSettings:
     """``settings`` (or the defaults) with the given fields replaced; None leaves a field as it is."""
     changes = {key: value for key, value in overrides.items() if value is not None}
     base = settings if settings is not None else SolverSettings()

@@ -107,6 +107,29 @@ def test_settings_must_be_solver_settings_or_none_for_the_defaults() -> None:
     assert optimal.schedule == "optimal" and optimal.status == OPTIMAL
 
 
+def test_keywords_override_single_settings_as_in_solve() -> None:
+    """frontier() takes solve()'s keywords: objective, time_limit_s, num_workers and random_seed override the
+    settings' fields (a script had to build a SolverSettings for a time limit), named as keywords in errors."""
+    # The split-backward family at P=4, N=8, budget 8: both optima proven at once, 23.09 and 22.68 apart.
+    problem = Problem.build(4, 8, backward=1.0, backward_weight=0.5, comm=0.03, weight_activation=0.35)
+    make = frontier(problem, [8], SETTINGS)[-1]
+    span = frontier(problem, [8], SETTINGS, objective="stage_span")[-1]
+    assert make.status == span.status == OPTIMAL
+    assert make.objective == make.makespan == pytest.approx(23.09)
+    assert span.objective == span.stage_span == pytest.approx(22.68)
+    # Two chunks in V at budget 2: not proven in seconds, so the keyword's limit is what ends each solve.
+    v_shape = Problem.build(4, 8, backward=1.0, backward_weight=0.5, comm=0.03, weight_activation=0.35, num_chunks=2,
+                            placement="v")
+    quick = frontier(v_shape, [2], replace(SETTINGS, time_limit_s=120), time_limit_s=0.5)[-1]
+    assert quick.status != OPTIMAL and quick.solve_time_s is not None and quick.solve_time_s < 10
+    with pytest.raises(ConfigError, match="^time_limit_s must be a positive number of seconds, got 0"):
+        frontier(problem, [4], time_limit_s=0)
+    with pytest.raises(ConfigError, match="^num_workers must be a whole number from 1 to 10000"):
+        frontier(problem, [4], SETTINGS, num_workers=0)
+    with pytest.raises(ConfigError, match="^objective must be one of makespan, stage_span"):
+        frontier(problem, [4], objective="speed")
+
+
 def test_a_budget_below_the_chunks_minimum_is_a_row_and_all_such_budgets_an_error() -> None:
     rows = frontier(VSHAPE, [0.75, 1.0], SETTINGS)
     infeasible = optimizer_rows(rows)[0]
