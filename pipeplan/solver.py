@@ -252,11 +252,18 @@ class SolveResult:
 # counted as whole it would be rounded up, the ticked problem would no longer be a relaxation, and its bounds could
 # exceed the real schedules' values.
 _WHOLE_NOISE = 1e-12
+# ... and never further than this many ticks, whatever the value: relative noise grows with it, and at a million
+# million ticks 1e-12 of it was a whole tick. An activation of 1234567.123456789 at 10**6 ticks a unit, 0.21 of a
+# tick off, was rounded up and a budget of exactly three of them down, so the ticked problem held two where the real
+# one holds three, and its bound (23) exceeded a schedule that fits (21). Float noise is a few units in the last
+# place: below this up to 10**12 ticks.
+_WHOLE_NOISE_TICKS = 1e-3
 
 
 def _is_whole(ticks: float) -> bool:
-    """Whether ``ticks`` is a whole number up to float noise (:data:`_WHOLE_NOISE`)."""
-    return abs(ticks - round(ticks)) <= _WHOLE_NOISE * max(1.0, abs(ticks))
+    """Whether ``ticks`` is a whole number up to float noise (:data:`_WHOLE_NOISE`, at most
+    :data:`_WHOLE_NOISE_TICKS`)."""
+    return abs(ticks - round(ticks)) <= min(_WHOLE_NOISE * max(1.0, abs(ticks)), _WHOLE_NOISE_TICKS)
 
 
 def _rounded(ticks: float, rounding: Callable[[float], int]) -> float:

@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from strategies import binding_problems
 
 from pipeplan import Problem, simulate, solve
+from pipeplan.bounds import makespan_lower_bound
 from pipeplan.metrics import compute_metrics
 from pipeplan.schedules import generate_applicable
 from pipeplan.solver import OPTIMAL, tick_problem
@@ -84,3 +85,36 @@ def test_every_verdict_and_answer_is_the_same_in_any_unit(problem: Problem, time
     assert replayed.feasible and replayed.makespan == pytest.approx(result_other.objective / time_unit, rel=1e-6)
     if result.status == OPTIMAL and result_other.status == OPTIMAL:
         assert result_other.objective / time_unit == pytest.approx(result.objective, rel=1e-6)
+
+
+@pytest.mark.parametrize("budget", [3703701.3703704, 3703701.37037037, 3 * 1234567.123456789])
+def test_a_budget_of_exactly_three_odd_activations_holds_three(budget: float) -> None:
+    """An activation of 1234567.123456789 (bytes, say) and a budget of three of them, as a user computes it.
+    At 10**6 ticks a unit the activation lies 0.21 of a tick from a whole number, which a tolerance relative to
+    1.2e12 ticks counted as whole: rounded up, with the budget rounded down, the ticked problem held two where the
+    real one holds three, and its bound (23) exceeded 1F1B's 21, an internal error (found by a new user's trial)."""
+    problem = Problem.build(3, 5, activation=1234567.123456789, budget=budget)
+    result = solve(problem, time_limit_s=5, num_workers=1)
+    assert result.status == OPTIMAL and result.objective == result.lower_bound == 21.0
+    assert result.metrics.feasible and max(result.metrics.peak_memory_per_device) == pytest.approx(budget)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=binding_problems(), memory_unit=st.floats(min_value=1e3, max_value=1e10),
+       time_unit=st.sampled_from([1.0, 1.0 / 3, 7.123456789e-4, 1234.5678901]))
+# Found by hypothesis on the old rounding (1,000 examples): the budget holds two activations of 1.0, a unit of
+# about 5e9 ticks whole only at a scale where the tolerance spans ticks, so the ticked budget held one.
+@example(problem=Problem.build(4, 2, forward=0.25, backward=[0.5, 0.25, 0.25, 0.25], activation=[1, 1, 1, 2],
+                               budget=2), memory_unit=5000000000.875, time_unit=1.0)
+def test_the_ticked_bound_stays_below_every_fitting_schedule_in_odd_units(problem: Problem, memory_unit: float,
+                                                                         time_unit: float) -> None:
+    """In any unit, round or not (a byte count per activation), the closed-form bound of the problem CP-SAT sees
+    (in ticks, rounded to a relaxation where the unit is not whole) is at most every named schedule that fits the
+    real budget."""
+    other = scaled(problem, time_unit, memory_unit)
+    ticked, scale, _ = tick_problem(other)
+    bound = makespan_lower_bound(ticked) / scale
+    for schedule in generate_applicable(other)[0]:
+        metrics = compute_metrics(simulate(other, schedule))
+        if metrics.feasible:
+            assert bound <= metrics.makespan * (1 + 1e-9), schedule.name
