@@ -485,21 +485,28 @@ def _warn_refresh_without_store(refresh: bool, store: Any) -> None:
 
 
 class _OutPath(click.Path):
-    """An --out path that is not empty (an empty one would silently mean the current folder)."""
+    """An --out path that is not empty (an empty one would silently mean the current folder). ``-`` is the standard
+    output where ``stdout`` says it may be (whatever the working folder holds of that name: ./- is that); elsewhere
+    it is refused, not taken as a folder or file named -, as ``-`` reads or writes a stream everywhere else."""
 
-    def __init__(self, what: str, file_okay: bool = True, dir_okay: bool = True) -> None:
+    def __init__(self, what: str, file_okay: bool = True, dir_okay: bool = True, stdout: str = "") -> None:
         super().__init__(file_okay=file_okay, dir_okay=dir_okay, path_type=Path)
         self.what = what
+        self.stdout = stdout  # "" when - may not be the standard output, else what to do instead
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value.strip():
             self.fail(f"is empty; give a {self.what} name", param, ctx)
+        if value == STDIN:
+            if not self.stdout:
+                return Path(STDIN)
+            self.fail(f"'-' (the standard output) cannot hold a {self.what}; {self.stdout}", param, ctx)
         return super().convert(value, param, ctx)
 
 
-OUT_FOLDER = _OutPath("folder", file_okay=False)
+OUT_FOLDER = _OutPath("folder", file_okay=False, stdout="give a folder name (./- is a folder named -)")
 OUT_FILE = _OutPath("file", dir_okay=False)
-STORE_FILE = _OutPath("file")  # a folder given here gets the store's own message
+STORE_FILE = _OutPath("file", stdout="give a file name (./- is a file named -)")
 
 
 class _Seconds(click.ParamType[float]):

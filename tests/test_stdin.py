@@ -1,4 +1,5 @@
-"""``-`` as CONFIG or STUDY: the YAML is read from the standard input (``generate | pipeplan solve -``).
+"""``-`` as CONFIG or STUDY: the YAML is read from the standard input (``generate | pipeplan solve -``); as
+``--out`` of ``report`` and ``export`` the standard output, and nowhere else a file or folder.
 
 The text ``"-"`` reads the standard input; a file of that name is ``./-`` on the command line, ``Path("-")`` in
 Python. A config read so is named "stdin" unless it sets ``name``, and its relative paths start from the working
@@ -116,3 +117,33 @@ def test_a_terminal_is_told_where_the_input_is_read(capsys: pytest.CaptureFixtur
     assert code == 0, err
     assert err == "pipeplan: reading YAML from the standard input; end it with Ctrl-D\n"
     assert "stdin: 1f1b" in out
+
+
+def test_dash_as_out_is_the_standard_output_or_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`report`/`export --out -` write to stdout even where the working folder holds a folder named - (they
+    failed: "File '-' is a directory"); `solve`, `frontier`, `size` used to make a folder named -, and --store a
+    file named -: refused now, with nothing written; ./- is still that folder."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["solve", str(V48), "--time-limit", "1", "--workers", "1", "--quiet", "--out", "done"]) == 0
+    (tmp_path / "-").mkdir()
+    capsys.readouterr()
+    code, out, err = run(capsys, "export", "done", "--out", "-")
+    assert code == 0, err
+    assert out.startswith("0F0,") and len(out.splitlines()) == 4
+    code, out, err = run(capsys, "report", "done", "--out", "-")
+    assert code == 0, err
+    assert out.startswith("<!DOCTYPE html>")
+    (tmp_path / "-").rmdir()
+    for argv, what in ((["solve", str(V48), "--out", "-"], "'--out': '-' (the standard output) cannot hold a folder"),
+                       (["frontier", str(V48), "--budgets", "3:5:1", "--out", "-"], "cannot hold a folder"),
+                       (["size", str(STUDY), "--out", "-"], "cannot hold a folder"),
+                       (["frontier", str(V48), "--budgets", "3:5:1", "--store", "-"],
+                        "'--store': '-' (the standard output) cannot hold a file; give a file name")):
+        code, out, err = run(capsys, *argv)
+        assert code == USER_ERROR, err
+        assert what in err and out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done"]
+    code, _, err = run(capsys, "solve", str(V48), "--time-limit", "1", "--workers", "1", "--quiet", "--out", "./-")
+    assert code == 0, err
+    assert (tmp_path / "-" / "summary.json").is_file()
