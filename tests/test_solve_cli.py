@@ -308,3 +308,9 @@ def test_json_rounds_results_but_not_the_config(capsys: pytest.CaptureFixture[st
     assert all(value == float(f"{exactly:.12g}") for value, exactly in pairs)
     code, _, err = run(capsys, "report", str(out), "--force")
     assert code == 0, err
+    # metrics.csv's lists at the same twelve digits (they were at six: 15.627 for 15.6270201827).
+    with (out / "metrics.csv").open(encoding="utf-8", newline="") as file:
+        table = {row["schedule"]: row for row in csv.DictReader(file)}
+    for row in printed["schedules"]:
+        busy = [float(v) for v in table[row["schedule"]]["busy_per_device"].split()]
+        assert busy == row["busy_per_device"] and any(len(f"{v:g}") < len(repr(v)) for v in busy)

@@ -104,7 +104,7 @@ def metrics_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
             frame[column] = None
     frame = frame[list(CSV_COLUMNS)].copy()
     for column in ("peak_memory_per_device", "busy_per_device"):
-        frame[column] = frame[column].map(lambda values: " ".join(f"{v:g}" for v in values))
+        frame[column] = frame[column].map(lambda values: " ".join(CSV_FLOAT_FORMAT % v for v in values))
     return frame
 
 
