@@ -26,7 +26,7 @@ from typing import Any
 
 from pipeplan.bounds import OPTIMAL, Proof, minimum_budget, prove
 from pipeplan.config import SolverSettings
-from pipeplan.executors import Executor
+from pipeplan.executors import Executor, check_executor
 from pipeplan.metrics import Metrics, compute_metrics
 from pipeplan.planner import evaluate_named
 from pipeplan.problem import A_PROBLEM, ConfigError, Problem, expect, is_number, renamed
@@ -37,6 +37,7 @@ from pipeplan.solver import (
     Progress,
     SolveResult,
     StopRequest,
+    check_hooks,
     objective_of,
     settings_with,
     solve_checked,
@@ -214,6 +215,10 @@ def frontier(
                           f"the defaults, got {type(settings).__name__}")
     settings = settings_with(settings, objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
                              random_seed=random_seed)
+    check_hooks(progress, stop)
+    check_hooks(task_progress, progress_name="task_progress")
+    check_executor(executor)
+    expect("store", store, (Store, type(None)), "a pipeplan.store.Store (with Store(path) as store: ...) or None")
     if executor is not None or store is not None:
         return _frontier_tasks(problem, ordered, settings, executor, store, refresh, task_progress, stop,
                                {} if stats is None else stats)

@@ -21,7 +21,14 @@ from pipeplan.problem import ConfigError, Problem, fields_named_as
 from pipeplan.schedule import Schedule
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
 from pipeplan.simulate import Timeline, simulate
-from pipeplan.solver import ProgressCallback, SolveResult, StopRequest, objective_of, solve_checked
+from pipeplan.solver import (
+    ProgressCallback,
+    SolveResult,
+    StopRequest,
+    checked_arguments,
+    objective_of,
+    solve_checked,
+)
 
 log = logging.getLogger(__name__)
 
@@ -256,14 +263,24 @@ def evaluate_named(problem: Problem, fitting_only: bool = False) -> tuple[list[E
 
 def compare(
     problem: Problem,
-    settings: SolverSettings,
+    settings: SolverSettings | None = None,
     progress: ProgressCallback | None = None,
     hints: Sequence[Schedule] = (),
     stop: StopRequest | None = None,
+    *,
+    objective: str | None = None,
+    time_limit_s: float | None = None,
+    num_workers: int | None = None,
+    random_seed: int | None = None,
 ) -> Comparison:
     """Replay every named schedule, run the optimizer, and choose the feasible schedule with the best objective.
 
-    ``stop`` ends the optimizer's search early (its answer is then the best found so far, marked interrupted)."""
+    ``settings`` and the keywords as in :func:`~pipeplan.solver.solve` (the defaults when None, a keyword over
+    its field). ``stop`` ends the optimizer's search early (its answer is then the best found so far, marked
+    interrupted)."""
+    settings, hints = checked_arguments(problem, settings, hints=hints, progress=progress, stop=stop,
+                                        objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
+                                        random_seed=random_seed)
     named, skipped = evaluate_named(problem)
     optimal = solve_checked(problem, settings, progress=progress, hints=list(hints), stop=stop,
                             named=[(e.schedule, e.metrics) for e in named])

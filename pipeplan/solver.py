@@ -46,7 +46,7 @@ from pipeplan.bounds import (
 )
 from pipeplan.config import SolverSettings
 from pipeplan.metrics import Metrics, compute_metrics
-from pipeplan.problem import A_PROBLEM, MAX_TOTAL, ConfigError, Op, OpKind, Problem, expect, fields_named_as
+from pipeplan.problem import A_PROBLEM, MAX_TOTAL, ConfigError, Op, OpKind, Problem, expect, fields_named_as, shown
 from pipeplan.schedule import A_SCHEDULE, Schedule, ScheduleError
 from pipeplan.schedules import controllable, interleaved_zb
 from pipeplan.schedules.gpipe import gpipe_with_flush_size
@@ -678,20 +678,39 @@ def solve(
     and a fixed seed the answer is reproducible when the search ends before the time limit. Raises
     :class:`InfeasibleBudget` when no schedule fits the budget at all.
     """
+    settings, hints = checked_arguments(problem, settings, hints=hints, progress=progress, stop=stop,
+                                        objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
+                                        random_seed=random_seed)
+    return solve_checked(problem, settings, progress=progress, hints=hints, stop=stop)
+
+
+def checked_arguments(problem: object, settings: object, *, hints: object = (), progress: object = None,
+                      stop: object = None, **overrides: Any) -> tuple[SolverSettings, list[Schedule]]:
+    """:func:`solve`'s arguments checked (a :class:`ConfigError` naming the one that is wrong, not an
+    AttributeError deep inside): the settings with the ``overrides`` (keywords such as ``time_limit_s``) on top,
+    and the hints as a list. For the Python API's functions that take them (solve, frontier, compare)."""
     expect("problem", problem, Problem, A_PROBLEM)
     if settings is not None:
         expect("settings", settings, SolverSettings, "a pipeplan.SolverSettings or None")
+    check_hooks(progress=progress, stop=stop)
     if isinstance(hints, Schedule):
         hints = [hints]
     # Any iterable of schedules, but not a text (whose characters would be taken one by one).
     expect("hints", hints, (list, tuple) if isinstance(hints, str) else Iterable,
            "a list of schedules, e.g. [generate('1f1b', problem)]")
-    hints = list(hints)
-    for hint in hints:
+    listed: list[Schedule] = list(hints)  # type: ignore[call-overload]
+    for hint in listed:
         expect("each of hints", hint, Schedule, A_SCHEDULE)
-    settings = settings_with(settings, objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
-                         random_seed=random_seed)
-    return solve_checked(problem, settings, progress=progress, hints=hints, stop=stop)
+    return settings_with(settings, **overrides), listed  # type: ignore[arg-type]
+
+
+def check_hooks(progress: object = None, stop: object = None, progress_name: str = "progress") -> None:
+    """A :class:`ConfigError` unless ``stop`` is a :class:`StopRequest` or None and ``progress`` (named
+    ``progress_name``) a function or None."""
+    expect("stop", stop, (StopRequest, type(None)), "a pipeplan.solver.StopRequest or None")
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"{progress_name} must be a function taking each progress report, or None; got "
+                          f"{type(progress).__name__} {shown(progress, 60)}")
 
 
 def solve_checked(problem: Problem, settings: SolverSettings, *, progress: ProgressCallback | None = None,

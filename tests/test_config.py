@@ -13,8 +13,9 @@ from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS
 from pipeplan import ConfigError, Problem, Schedule, ScheduleError, generate, load_config, simulate, solve
 from pipeplan.config import SolverSettings, config_from_dict, load_yaml
 from pipeplan.frontier import frontier
+from pipeplan.planner import compare
 from pipeplan.problem import Op, OpKind
-from pipeplan.sizing.study import run_study
+from pipeplan.sizing.study import load_study, run_study
 from pipeplan.torch_csv import from_torch_csv
 from pipeplan.torch_run import run_in_torch
 
@@ -298,10 +299,35 @@ WRONG_TYPES: list[tuple[Any, type[Exception], str]] = [
     (lambda: _sweep(progress=True), ConfigError, "progress must be a function taking each progress report"),
     (lambda: _sweep(stop=True), ConfigError, "stop must be a pipeplan.solver.StopRequest or None"),
     (lambda: run_study({"name": "x"}), ConfigError, "study must be a Study (load_study(path)), got dict"),
+    # Found by a new user's trial: each failed inside (AttributeError, TypeError) or, for the switches, was read as
+    # on ("no" is a true value) or made every row a skipped one.
+    (lambda: load_study({"name": "x"}), ConfigError, "path must be the path of a YAML study file, got dict"),
+    (lambda: _sweep(executor="local"), ConfigError, "executor must be an executor or None: LocalExecutor("),
+    (lambda: _sweep(sequence_parallel="no"), ConfigError, "sequence_parallel must be true or false, got 'no'"),
+    (lambda: _sweep(flash_attention=None), ConfigError, "flash_attention must be true or false, got None"),
+    (lambda: _sweep(balanced="false"), ConfigError, "balanced must be true or false, got 'false'"),
+    (lambda: _estimate(balanced="no"), ConfigError, "balanced must be true or false, got 'no'"),
+    (lambda: solve(_problem(), stop=True), ConfigError, "stop must be a pipeplan.solver.StopRequest or None"),
+    (lambda: solve(_problem(), progress=1), ConfigError, "progress must be a function taking each progress"),
+    (lambda: frontier(_problem(), [2], stop=True), ConfigError, "stop must be a pipeplan.solver.StopRequest"),
+    (lambda: frontier(_problem(), [2], None, "x"), ConfigError, "progress must be a function taking each"),
+    (lambda: frontier(_problem(), [2], task_progress=3), ConfigError, "task_progress must be a function taking"),
+    (lambda: frontier(_problem(), [2], store="x.sqlite"), ConfigError, "store must be a pipeplan.store.Store"),
+    (lambda: frontier(_problem(), [2], executor="ray"), ConfigError, "executor must be an executor or None"),
+    (lambda: compare(_problem(), {"time_limit_s": 1}), ConfigError, "settings must be a pipeplan.SolverSettings"),
+    (lambda: compare(_problem(), stop=True), ConfigError, "stop must be a pipeplan.solver.StopRequest or None"),
+    (lambda: compare(_problem(), time_limit_s=0), ConfigError, "time_limit_s must be a positive number"),
     (lambda: from_torch_csv(_problem(), b"0F0"), ConfigError, "text must be the CSV's text"),
     (lambda: from_torch_csv(_problem(), None), ConfigError, "text must be the CSV's text"),
     (lambda: run_in_torch(None), ConfigError, "jobs must be a list of TorchJob"),
 ]
+
+
+def _estimate(**options: Any) -> Any:
+    from pipeplan.sizing import estimate
+
+    return estimate(model="llama3.1-8b", hardware="h100-80gb", global_batch_size=16, seq_len=256,
+                    pipeline_parallel=2, **options)
 
 
 def _sweep(**hooks: Any) -> Any:

@@ -43,6 +43,15 @@ class TaskResult:
         return self.error is None
 
 
+def check_executor(executor: object) -> None:
+    """A :class:`ConfigError` unless ``executor`` is None or has an :meth:`Executor.map` (a wrong value, e.g. the
+    name "local", failed deep inside with "'str' object has no attribute 'map'")."""
+    if executor is not None and not callable(getattr(executor, "map", None)):
+        raise ConfigError("executor must be an executor or None: LocalExecutor(processes) from "
+                          "pipeplan.executors.local, or RayExecutor(address) from pipeplan.executors.ray, used "
+                          f"as a context manager; got {type(executor).__name__} {executor!r:.60}")
+
+
 class Executor(Protocol):
     """Runs tasks somewhere; use as a context manager so that workers are released."""
 

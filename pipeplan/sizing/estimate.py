@@ -22,7 +22,7 @@ from pipeplan.sizing import costs
 from pipeplan.sizing.build import VARIANTS, SizedProblem, build_problem, optimizer_variant
 from pipeplan.sizing.hardware import GIB, Hardware, load_hardware
 from pipeplan.sizing.models import Model, load_model
-from pipeplan.sizing.setup import Setup, constraint_violation
+from pipeplan.sizing.setup import Setup, check_switches, constraint_violation
 from pipeplan.solver import InfeasibleBudget, StopRequest, solve
 
 log = logging.getLogger(__name__)
@@ -156,6 +156,7 @@ def estimate(
     hardware_rec = load_hardware(hardware)
     check_schedule(schedule)
     check_optimizer_options(time_limit_s, num_workers)
+    check_switches(balanced=balanced)  # the others are checked with the setup
     setup = Setup(
         tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel, data_parallel=data_parallel,
         microbatch_size=microbatch_size, global_batch_size=global_batch_size, seq_len=seq_len,

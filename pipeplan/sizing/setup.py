@@ -56,9 +56,7 @@ class Setup:
             set_positive(self, "", name, whole=True)  # keywords of estimate() and keys of a study
         if self.recompute not in RECOMPUTE_MODES:
             raise ConfigError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
-        for name in ("sequence_parallel", "flash_attention", "distributed_optimizer", "overlap_grad_sync"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        check_switches(**{name: getattr(self, name) for name in SWITCHES})
 
     @property
     def num_gpus(self) -> int:
@@ -101,3 +99,15 @@ def constraint_violation(model: Model, hardware: Hardware, setup: Setup, even_sp
         return (f"global batch {setup.global_batch_size} not divisible by microbatch {setup.microbatch_size} x "
                 f"data parallel {setup.data_parallel}")
     return None
+
+
+# The on/off options of a configuration (keywords of estimate() and sweep(), a study's options).
+SWITCHES = ("sequence_parallel", "flash_attention", "distributed_optimizer", "overlap_grad_sync")
+
+
+def check_switches(**switches: object) -> None:
+    """A :class:`ConfigError` naming the first of ``switches`` (keyword: value) that is not True or False: "no" or
+    None is not read as on or off."""
+    for name, value in switches.items():
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false, got {value!r}")

@@ -177,6 +177,7 @@ STUDY_HINT = "start from models/size-llama3.1-70b.yaml (the layout is in the REA
 def load_study(path: str | os.PathLike[str]) -> Study:
     """Read and validate the study file at ``path`` (the text ``"-"``: from the standard input, as
     :func:`~pipeplan.config.load_config` reads a config); errors are :class:`ConfigError` naming the key."""
+    expect("path", path, (str, os.PathLike), "the path of a YAML study file")
     source = read_source(path, "study file", SMALL_FILE_BYTES, larger="check that this is the right file")
     data = load_yaml(source.text, hint=STUDY_HINT)
     if data is None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeplan.executors import Executor, ShouldStop
+from pipeplan.executors import Executor, ShouldStop, check_executor
 from pipeplan.executors.local import LocalExecutor
 from pipeplan.problem import ConfigError, counted, expect
 from pipeplan.schedule import NotApplicable
@@ -37,8 +37,8 @@ from pipeplan.sizing.estimate import (
 from pipeplan.sizing.hardware import Hardware, load_hardware
 from pipeplan.sizing.models import Model, load_model
 from pipeplan.sizing.records import positive_number
-from pipeplan.sizing.setup import RECOMPUTE_MODES, Setup, constraint_violation
-from pipeplan.solver import StopRequest
+from pipeplan.sizing.setup import RECOMPUTE_MODES, Setup, check_switches, constraint_violation
+from pipeplan.solver import StopRequest, check_hooks
 from pipeplan.store import (
     Outcome,
     Progress,
@@ -97,12 +97,12 @@ def _check_options(time_limit_s: object, optimal_top: object, num_workers: objec
     check_count("processes", processes, optional=False)
 
 
-def _check_hooks(store: object, progress: object, stop: object) -> None:
-    """:class:`ConfigError` naming ``store``, ``progress`` or ``stop`` when it is not what a sweep can use."""
+def _check_hooks(store: object, progress: object, stop: object, executor: object) -> None:
+    """:class:`ConfigError` naming ``store``, ``progress``, ``stop`` or ``executor`` when it is not what a sweep can
+    use."""
     expect("store", store, (Store, type(None)), "a pipeplan.store.Store (with Store(path) as store: ...) or None")
-    expect("stop", stop, (StopRequest, type(None)), "a pipeplan.solver.StopRequest or None")
-    if progress is not None and not callable(progress):
-        raise ConfigError(f"progress must be a function taking each progress report, or None; got {progress!r}")
+    check_hooks(progress, stop)
+    check_executor(executor)
 
 
 def _label(setup: Setup) -> str:
@@ -239,7 +239,10 @@ def sweep_with_stats(
         if mode not in RECOMPUTE_MODES:
             raise ConfigError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {mode!r}")
     _check_options(time_limit_s, optimal_top, num_workers, processes)
-    _check_hooks(store, progress, stop)
+    _check_hooks(store, progress, stop, executor)
+    # Options of every configuration: a bad one was a skipped row each ("sequence_parallel must be ..."), not an error.
+    check_switches(sequence_parallel=sequence_parallel, flash_attention=flash_attention,
+                   distributed_optimizer=distributed_optimizer, overlap_grad_sync=overlap_grad_sync, balanced=balanced)
     # One value each for every configuration: a bad one is the caller's typo, not a row that does not fit.
     global_batch_size = int(positive_number("", "global_batch_size", global_batch_size, whole=True))
     seq_len = int(positive_number("", "seq_len", seq_len, whole=True))
