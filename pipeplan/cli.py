@@ -131,15 +131,28 @@ class _OnceEach(logging.Filter):
 _ONCE = _OnceEach()
 
 
+class _Lines(logging.Formatter):
+    """A record as ``pipeplan: warning: text`` (``info``, ``debug`` with --debug), as errors read ``pipeplan: error:
+    text``."""
+
+    def __init__(self) -> None:
+        super().__init__("pipeplan: %(level)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.level = record.levelname.lower()
+        return super().format(record)
+
+
 def _log_to_stderr() -> None:
-    """Warnings on stderr as ``WARNING text``, each text once a run (:class:`_OnceEach`); the handler is installed
-    only when the application (or a test harness) has set up no logging, as :func:`logging.basicConfig` would."""
+    """Warnings on stderr as ``pipeplan: warning: text``, each text once a run (:class:`_OnceEach`); the handler is
+    installed only when the application (or a test harness) has set up no logging, as :func:`logging.basicConfig`
+    would."""
     _ONCE.seen.clear()
     root = logging.getLogger()
     if root.handlers:
         return
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.setFormatter(_Lines())
     handler.addFilter(_ONCE)
     root.addHandler(handler)
     root.setLevel(logging.WARNING)

@@ -352,8 +352,10 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     memory_scale, exact_memory = _scale_for([*act, *wact, *(budget or ())], most)
     exact = exact_time and exact_memory
     if not exact:
-        log.warning("costs or memory are not whole ticks (about a millionth of the largest value); CP-SAT solves "
-                    "a rounded-down relaxation")
+        log.warning("costs or memory are not whole ticks (the solver resolves about a millionth of the largest "
+                    "value): CP-SAT works on a rounded relaxation of them, the answer is replayed exactly, and its "
+                    "bound may stop short of the optimum by that rounding; fewer digits in the config's values "
+                    "avoid it")
 
     def down(values: Sequence[float], scale: int) -> tuple[float, ...]:
         return tuple(_rounded(v * scale, math.floor) for v in values)

@@ -611,7 +611,7 @@ def test_the_command_line_prints_each_warning_once_however_many_budgets_log_it(t
                            "frontier", str(config), "--budgets", "2:3:1", "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.count("WARNING costs or memory are not whole ticks") == 1, done.stderr
+    assert done.stderr.count("pipeplan: warning: costs or memory are not whole ticks") == 1, done.stderr
 
 
 def test_warnings_logged_in_worker_processes_are_printed_once_too(tmp_path: Path) -> None:
@@ -627,7 +627,7 @@ def test_warnings_logged_in_worker_processes_are_printed_once_too(tmp_path: Path
                            "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.count("WARNING costs or memory are not whole ticks") == 1, done.stderr
+    assert done.stderr.count("pipeplan: warning: costs or memory are not whole ticks") == 1, done.stderr
 
 
 def test_each_warning_text_passes_once_and_debug_records_always() -> None:
