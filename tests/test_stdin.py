@@ -88,6 +88,8 @@ def test_a_path_named_dash_is_the_file(tmp_path: Path, monkeypatch: pytest.Monke
         (["simulate", "-", "--from-torch-csv", "-"], UNNAMED, "CONFIG and '--from-torch-csv' cannot both be '-'"),
         (["size", "-"], "", "the study on the standard input is empty"),
         (["presets", "-"], "model: 3\n", "model"),
+        (["report", "-"], "", "a results folder cannot be read from the standard input ('-'); give a folder"),
+        (["export", "-"], "", "a results folder cannot be read from the standard input ('-')"),
     ],
 )
 def test_bad_input_on_stdin_is_named_as_such(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,

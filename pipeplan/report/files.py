@@ -550,6 +550,9 @@ def read_summary(folder: Path) -> dict[str, Any]:
     """The summary.json of a folder written by ``pipeplan solve --out``, its fields checked (a quick look before a
     long read: a command fails on the folder before it fails on its output). Raises :class:`ConfigError` naming
     the fix when the folder or the file is missing or malformed."""
+    if str(folder) == "-" and not folder.is_dir():  # the standard input elsewhere; a folder here (./- is one)
+        raise ConfigError("a results folder cannot be read from the standard input ('-'); give a folder written by "
+                          "'pipeplan solve --out'")
     if not folder.is_dir():
         raise ConfigError(f"results folder {str(folder)!r} does not exist; give a folder written by "
                           "'pipeplan solve --out'")
