@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -219,11 +220,12 @@ _SPLIT_FIELDS = {"costs.forward": ("forward", True), "costs.backward": ("backwar
                  "memory.weight_activation": ("weight_activation", False)}
 
 
-def _warn_mixed_forms(kwargs: dict[str, Any], problem: Problem) -> None:
+def warn_mixed_forms(kwargs: dict[str, Any], problem: Problem, names: Mapping[str, str] | None = None) -> None:
     """Warn when, with chunks, some fields list one value per model stage and others give a device's share (a
     number or a per-device list, split over the device's chunks): ``backward_weight: 0.25`` beside an 8-value
     ``forward`` is 0.125 a model stage, not 0.25 as the list's form suggests. ``kwargs`` are Problem.build's, the
-    profile's costs included. Zeros mean the same either way."""
+    profile's costs included; ``names`` maps config fields to the names the caller's user knows them by (e.g. the
+    keywords of :func:`pipeplan.planner.plan`). Zeros mean the same either way."""
     if problem.num_chunks == 1:
         return
     defaults = inspect.signature(Problem.build).parameters
@@ -237,7 +239,8 @@ def _warn_mixed_forms(kwargs: dict[str, Any], problem: Problem) -> None:
         values = list(value) if isinstance(value, (list, tuple)) else [value]
         if not any(is_number(v) and float(v) != 0 for v in values):  # type: ignore[arg-type]  # zeros: either way
             continue
-        label = name if keyword in kwargs else f"{name} (its default, {default:g})"
+        shown_name = (names or {}).get(name, name)
+        label = shown_name if keyword in kwargs else f"{shown_name} (its default, {default:g})"
         (per_stage if len(values) == problem.num_model_stages else shares).append(label)
     if per_stage and shares:
         chunks = problem.num_chunks
@@ -302,7 +305,7 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
         if key not in kwargs:
             raise ConfigError(f"pipeline.{key} is missing; add it under 'pipeline:' (a whole number >= 1)")
     problem = Problem.build(**kwargs)
-    _warn_mixed_forms(kwargs, problem)
+    warn_mixed_forms(kwargs, problem)
     solver = SolverSettings(**_section(data, "solver", [f for f in SolverSettings.__dataclass_fields__]))
     units_raw = _section(data, "units", ["time", "memory"])
     for key, value in units_raw.items():

@@ -15,7 +15,7 @@ from typing import Any
 
 from pipeplan import schedules
 from pipeplan.bounds import minimum_budget
-from pipeplan.config import SolverSettings
+from pipeplan.config import SolverSettings, warn_mixed_forms
 from pipeplan.metrics import Metrics, compute_metrics, order_peaks, within_budget
 from pipeplan.problem import ConfigError, Problem, fields_named_as
 from pipeplan.schedule import Schedule
@@ -88,6 +88,11 @@ _PLAN_KEYWORDS = {
 
 
 
+# plan()'s defaults of the fields split over a device's chunks.
+_SPLIT_DEFAULTS = {"forward": 1.0, "backward": 2.0, "backward_weight": 0.0, "activation": 1.0,
+                   "weight_activation": 0.0}
+
+
 def plan(
     num_stages: int,
     total_microbatches: int,
@@ -123,27 +128,23 @@ def plan(
     else:
         layouts = LAYOUTS
     problems: list[Problem] = []  # every layout is built (and checked) before any is replayed
+    split = {"forward": forward, "backward": backward, "backward_weight": backward_weight, "activation": activation,
+             "weight_activation": weight_activation}  # a device's share, or one value per model stage
     for chunks, where in layouts:
         try:
             with fields_named_as(_PLAN_KEYWORDS):
-                problems.append(Problem.build(
-                    num_stages=num_stages,
-                    num_microbatches=total_microbatches,
-                    forward=forward,
-                    backward=backward,
-                    backward_weight=backward_weight,
-                    comm=comm,
-                    activation=activation,
-                    weight_activation=weight_activation,
-                    budget=memory_budget,
-                    num_chunks=chunks,
-                    placement=where,
-                ))
+                problems.append(Problem.build(num_stages=num_stages, num_microbatches=total_microbatches, comm=comm,
+                                              budget=memory_budget, num_chunks=chunks, placement=where, **split))
         except ConfigError as exc:
             if num_chunks is not None or not problems:
                 raise
             # A layout the caller did not ask for, e.g. 2 chunks on a pipeline too large to replay twice over.
             log.info("plan: skipping %d chunks in %s placement: %s", chunks, where, exc)
+            continue
+        # As a config's fields: a keyword left at its default (the same as Problem.build's) is not given.
+        given = {key: value for key, value in split.items()
+                 if not (isinstance(value, (int, float)) and value == _SPLIT_DEFAULTS[key])}
+        warn_mixed_forms(given, problems[-1], _PLAN_KEYWORDS)
     evaluated = [(problem, compute_metrics(simulate(problem, s)))
                  for problem in problems for s in candidate_schedules(problem)]
     picked = choose([m for _, m in evaluated], [p.num_chunks for p, _ in evaluated])

@@ -302,3 +302,27 @@ def test_peaks_from_orders_need_op_times_that_move_a_float() -> None:
     # An op of 1e-10 starting at 1e7 ends where it starts: the orders then said 1 where the replay says 0.
     tiny = Problem.build(num_stages=2, num_microbatches=4, forward=1e-10, backward=1e-10, comm=1e7, budget=1)
     assert order_peaks(tiny, generate("gpipe", tiny)) is None
+
+
+def test_plan_warns_of_mixed_forms_as_a_config_does(caplog: pytest.LogCaptureFixture) -> None:
+    """With chunks, a list of one value per model stage beside a device's share (a number, split over its chunks)
+    is warned of, named by plan's keywords, as load_config warns of a config's fields (plan was silent: found by a
+    new user's trial)."""
+    with caplog.at_level("WARNING", logger="pipeplan.config"):
+        plan(num_stages=4, total_microbatches=8, forward=[1.0] * 8, num_chunks=2)
+    assert caplog.messages == ["forward lists one value per model stage, taken as written, while backward (its "
+                               "default, 2) is each device's share, split over its 2 chunks (a number 1.0 is 0.5 a "
+                               "model stage): give every such field in one form"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pipeplan.config"):
+        plan(num_stages=4, total_microbatches=8, forward=[1.0] * 8, backward=[2.0] * 8, backward_weight=[0.5] * 8,
+             weight_activation=0.25,
+             num_chunks=2)
+    assert len(caplog.messages) == 1 and caplog.messages[0].startswith(
+        "forward, backward, backward_weight list one value per model stage, taken as written, while "
+        "weight_activation is each device's share")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pipeplan.config"):
+        plan(num_stages=4, total_microbatches=8, forward=[1.0] * 8, backward=[2.0] * 8, num_chunks=2)
+        plan(num_stages=4, total_microbatches=8, forward=[1.0, 1.5, 1.0, 1.0], backward_weight=0.5)
+    assert caplog.messages == []
