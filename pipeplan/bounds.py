@@ -92,13 +92,11 @@ def _tail_fill(problem: Problem, stage: int, in_flight: int) -> float:
     wact = problem.weight_activation[stage]
     b, w = problem.backward[stage], problem.backward_weight[stage]
     budget = problem.budget
-    # Float noise relative to the budget, as everywhere else here (an absolute 1e-9 refused a budget of exactly
-    # three activations in ticks of a millionth, a tick below their sum).
-    room = math.inf if budget is None else budget[problem.device_of(stage)] * (1 + _EPS) - act
+    room = math.inf if budget is None else budget[problem.device_of(stage)] - act
     best = 0.0
     for x in range(min(in_flight - 1, n - 1) + 1):
         left = room - x * act
-        if left < 0:
+        if left < -_EPS:
             break
         y_max = n - 1 - x
         if wact > 0 and math.isfinite(left):

@@ -45,7 +45,7 @@ from pipeplan.bounds import (
     stage_span_lower_bound,
 )
 from pipeplan.config import SolverSettings
-from pipeplan.metrics import Metrics, compute_metrics
+from pipeplan.metrics import MEMORY_TOLERANCE, Metrics, compute_metrics
 from pipeplan.problem import A_PROBLEM, MAX_TOTAL, ConfigError, Op, OpKind, Problem, expect, fields_named_as, shown
 from pipeplan.schedule import A_SCHEDULE, Schedule, ScheduleError
 from pipeplan.schedules import controllable, interleaved_zb
@@ -252,18 +252,11 @@ class SolveResult:
 # counted as whole it would be rounded up, the ticked problem would no longer be a relaxation, and its bounds could
 # exceed the real schedules' values.
 _WHOLE_NOISE = 1e-12
-# ... and never further than this many ticks, whatever the value: relative noise grows with it, and at a million
-# million ticks 1e-12 of it was a whole tick. An activation of 1234567.123456789 at 10**6 ticks a unit, 0.21 of a
-# tick off, was rounded up and a budget of exactly three of them down, so the ticked problem held two where the real
-# one holds three, and its bound (23) exceeded a schedule that fits (21). Float noise is a few units in the last
-# place: below this up to 10**12 ticks.
-_WHOLE_NOISE_TICKS = 1e-3
 
 
 def _is_whole(ticks: float) -> bool:
-    """Whether ``ticks`` is a whole number up to float noise (:data:`_WHOLE_NOISE`, at most
-    :data:`_WHOLE_NOISE_TICKS`)."""
-    return abs(ticks - round(ticks)) <= min(_WHOLE_NOISE * max(1.0, abs(ticks)), _WHOLE_NOISE_TICKS)
+    """Whether ``ticks`` is a whole number up to float noise (:data:`_WHOLE_NOISE`)."""
+    return abs(ticks - round(ticks)) <= _WHOLE_NOISE * max(1.0, abs(ticks))
 
 
 def _rounded(ticks: float, rounding: Callable[[float], int]) -> float:
@@ -385,9 +378,21 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
         comm=down(problem.comm, time_scale),
         activation=tuple(b + w for b, w in zip(held_after_b, held_until_w)),
         weight_activation=held_until_w,
-        budget=None if budget is None else tuple(_rounded(b * memory_scale, math.ceil) for b in budget),
+        budget=None if budget is None else tuple(_budget_ticks(b * memory_scale) for b in budget),
     )
     return ticked, time_scale, exact
+
+
+def _budget_ticks(budget: float) -> float:
+    """A budget of ``budget`` ticks (a float) as whole ticks: rounded up when it is not whole (a relaxation), and
+    at least the float noise a replay forgives above it (:data:`~pipeplan.metrics.MEMORY_TOLERANCE`). A demand
+    within float noise of a whole number of ticks is rounded to it, up as well as down, by up to 1e-12 of itself
+    (:data:`_WHOLE_NOISE`): at a million million ticks a whole tick for one activation of 1234567.123456789 at 10**6
+    ticks a unit, and a tick for a thousand activations at 10**9, so a budget of exactly that many held one
+    fewer in the ticked problem than in the real one (its bound, 23, exceeded a schedule that fits, 21). The slack
+    covers every such rounding (1e-12 of each demand, summed over what fits, is below 1e-9 of the budget) and
+    reaches a whole tick only above 10**9 ticks, so budgets of fewer ticks are as before."""
+    return max(_rounded(budget, math.ceil), float(math.floor(budget * (1 + MEMORY_TOLERANCE))))
 
 
 def objective_of(metrics: Metrics, objective: str) -> float:
