@@ -38,6 +38,7 @@ from pipeplan.report.files import (
     config_record,
     is_unfinished_sweep,
     printed_json,
+    summary_json,
     write_file,
     write_folder,
     write_results,
@@ -133,13 +134,14 @@ _ONCE = _OnceEach()
 
 class _Lines(logging.Formatter):
     """A record as ``pipeplan: warning: text`` (``info``, ``debug`` with --debug), as errors read ``pipeplan: error:
-    text``."""
+    text``; another library's under its logger's name (``ray: warning: text``)."""
 
     def __init__(self) -> None:
-        super().__init__("pipeplan: %(level)s: %(message)s")
+        super().__init__("%(source)s: %(level)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         record.level = record.levelname.lower()
+        record.source = "pipeplan" if record.name.split(".")[0] in ("pipeplan", "root") else record.name
         return super().format(record)
 
 
@@ -227,7 +229,8 @@ def simulate_cmd(config: str, schedule_name: str | None, torch_csv: str | None, 
         from pipeplan.torch_csv import read_torch_csv, read_torch_csv_stream
 
         # "-" as typed (./- is the file of that name)
-        schedule = (read_torch_csv_stream(cfg.problem, sys.stdin.buffer) if torch_csv == "-"
+        from_stdin = _announced(torch_csv, "the torch CSV") == STDIN
+        schedule = (read_torch_csv_stream(cfg.problem, sys.stdin.buffer) if from_stdin
                     else read_torch_csv(cfg.problem, Path(torch_csv)))
         schedule_name = schedule.name
     else:
@@ -475,11 +478,17 @@ def _settings(cfg: Config, **overrides: Any) -> SolverSettings:
     return replace(cfg.solver, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def _announced(path: str) -> str:
-    """``path`` as given; when it is ``-`` and the standard input is a terminal, say first on stderr that the
-    input is read from there (without it the command would look hung)."""
-    if path == STDIN and sys.stdin is not None and sys.stdin.isatty():
-        click.echo("pipeplan: reading YAML from the standard input; end it with Ctrl-D", err=True)
+def _announced(path: str, what: str = "the YAML") -> str:
+    """``path`` as given; when it is ``-`` and the standard input is a terminal, say first on stderr that ``what``
+    is read from there (without it the command would look hung)."""
+    isatty = getattr(sys.stdin, "isatty", None)  # a stand-in stdin may not have one
+    try:
+        terminal = path == STDIN and callable(isatty) and bool(isatty())
+    except ValueError:  # a closed standard input: reading it says so
+        terminal = False
+    if terminal:
+        end = "Ctrl-Z then Enter" if os.name == "nt" else "Ctrl-D"
+        click.echo(f"pipeplan: reading {what} from the standard input; end it with {end}", err=True)
     return path
 
 
@@ -497,6 +506,10 @@ def _warn_refresh_without_store(refresh: bool, store: Any) -> None:
         log.warning("--refresh does nothing without a store (--out DIR or --store FILE): every task runs anyway")
 
 
+# --out - as the command line gives it (./- is a file of that name: Path("./-") is Path("-") but not this one).
+STDOUT = Path(STDIN)
+
+
 class _OutPath(click.Path):
     """An --out path that is not empty (an empty one would silently mean the current folder). ``-`` is the standard
     output where ``stdout`` says it may be (whatever the working folder holds of that name: ./- is that); elsewhere
@@ -512,11 +525,26 @@ class _OutPath(click.Path):
             self.fail(f"is empty; give a {self.what} name", param, ctx)
         if value == STDIN:
             if not self.stdout:
-                return Path(STDIN)
+                return STDOUT
             self.fail(f"'-' (the standard output) cannot hold a {self.what}; {self.stdout}", param, ctx)
         return super().convert(value, param, ctx)
 
 
+class _ResultsFolder(click.Path):
+    """A results folder to read; ``-`` is refused as the standard input, which cannot be one (./- is a folder of
+    that name)."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == STDIN:
+            raise ConfigError("a results folder cannot be read from the standard input ('-'); give a folder "
+                              "written by 'pipeplan solve --out'")
+        return super().convert(value, param, ctx)
+
+
+RESULTS_FOLDER = _ResultsFolder()
 OUT_FOLDER = _OutPath("folder", file_okay=False, stdout="give a folder name (./- is a folder named -)")
 OUT_FILE = _OutPath("file", dir_okay=False)
 STORE_FILE = _OutPath("file", stdout="give a file name (./- is a file named -)")
@@ -605,7 +633,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
         # the answer whole.
         message = _INTERRUPTED_SEARCH if comparison.optimal.interrupted else _interrupted_late("the search")
         if fmt == "json":
-            click.echo(printed_json(summary, exact=("config",)))
+            click.echo(summary_json(summary))
             if out is not None:  # on stderr: stdout is the JSON alone, for a pipe
                 click.echo(f"wrote {out}/{_SOLVE_FILES}", err=True)
             _exit_if_interrupted(stop, message)
@@ -638,7 +666,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
 
 
 @cli.command(short_help="Re-render report.html from a result folder.")
-@click.argument("folder", type=click.Path(file_okay=False, path_type=Path), metavar="DIR")
+@click.argument("folder", type=RESULTS_FOLDER, metavar="DIR")
 @click.option("--out", type=OUT_FILE, default=None, metavar="FILE",
               help="Where to write the page (default: DIR/report.html; - for stdout).")
 @click.option("--force", is_flag=True, help="Replace the page if it exists.")
@@ -664,7 +692,7 @@ def report(folder: Path, out: Path | None, force: bool) -> None:
 
 
 @cli.command("export", short_help="Write a schedule of a result folder as PyTorch's schedule CSV.")
-@click.argument("folder", type=click.Path(file_okay=False, path_type=Path), metavar="DIR")
+@click.argument("folder", type=RESULTS_FOLDER, metavar="DIR")
 @click.option("--schedule", "schedule_name", default=None, metavar="NAME",
               help="Which schedule of DIR to export (default: the chosen one).")
 @click.option("--format", "fmt", type=click.Choice(["torch-csv"]), default="torch-csv", show_default=True,
@@ -740,7 +768,7 @@ def _why_not_solved(summary: dict[str, Any], name: str) -> str:
 
 
 def _is_stdout(target: Path) -> bool:
-    return str(target) == "-"
+    return target is STDOUT
 
 
 def _write_output(target: Path, text: str, force: bool, what: str) -> None:

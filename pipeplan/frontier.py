@@ -38,8 +38,8 @@ from pipeplan.solver import (
     SolveResult,
     StopRequest,
     check_hooks,
+    checked_arguments,
     objective_of,
-    settings_with,
     solve_checked,
 )
 from pipeplan.store import Progress as TaskProgress
@@ -48,6 +48,7 @@ from pipeplan.store import (
     StoredRow,
     Task,
     TaskOutput,
+    check_store,
     record_of,
     require_fields,
     run_tasks,
@@ -210,15 +211,11 @@ def frontier(
     """
     expect("problem", problem, Problem, A_PROBLEM)
     ordered = _checked_budgets(budgets)
-    if settings is not None and not isinstance(settings, SolverSettings):
-        raise ConfigError(f"settings must be a SolverSettings (pipeplan.config; a config's solver), or None for "
-                          f"the defaults, got {type(settings).__name__}")
-    settings = settings_with(settings, objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
-                             random_seed=random_seed)
-    check_hooks(progress, stop)
+    settings, _ = checked_arguments(problem, settings, progress=progress, stop=stop, objective=objective,
+                                    time_limit_s=time_limit_s, num_workers=num_workers, random_seed=random_seed)
     check_hooks(task_progress, progress_name="task_progress")
     check_executor(executor)
-    expect("store", store, (Store, type(None)), "a pipeplan.store.Store (with Store(path) as store: ...) or None")
+    check_store(store)
     if executor is not None or store is not None:
         return _frontier_tasks(problem, ordered, settings, executor, store, refresh, task_progress, stop,
                                {} if stats is None else stats)

@@ -283,7 +283,7 @@ def compare(
                                         objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
                                         random_seed=random_seed)
     named, skipped = evaluate_named(problem)
-    optimal = solve_checked(problem, settings, progress=progress, hints=list(hints), stop=stop,
+    optimal = solve_checked(problem, settings, progress=progress, hints=hints, stop=stop,
                             named=[(e.schedule, e.metrics) for e in named])
     order = {name: i for i, name in enumerate(schedules.names())}
     # (objective, is the optimizer, peak memory, simplicity, name) of every feasible schedule.

@@ -83,11 +83,13 @@ def read_source(path: str | os.PathLike[str], what: str, limit: int, larger: str
         named = f"the {what.removesuffix(' file')} on the standard input"
         if sys.stdin is None:  # e.g. a GUI launcher: there is nothing to read
             raise ConfigError(f"{named} cannot be read: this process has no standard input; give the file's path")
-        stream = getattr(sys.stdin, "buffer", None)
-        try:
-            raw = stream.read(limit + 1) if stream is not None else sys.stdin.read(limit + 1).encode("utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read {named} ({exc.strerror or exc}); give the file's path") from None
+        try:  # the bytes under a text stdin; a stand-in without them (a test's, an IDE's) as it reads
+            raw = getattr(sys.stdin, "buffer", sys.stdin).read(limit + 1)
+        except (OSError, ValueError) as exc:  # ValueError: a closed stdin
+            raise ConfigError(f"cannot read {named} ({getattr(exc, 'strerror', None) or exc}); give the file's "
+                              "path") from None
+        if isinstance(raw, str):
+            raw = raw.encode("utf-8")
         return Source(decoded(raw, named, limit, larger), "stdin", Path.cwd(), named)
     file = Path(path)
     return Source(read_text(file, what, limit, larger=larger), file.stem, file.parent, f"the {what}")

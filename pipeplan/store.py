@@ -33,7 +33,7 @@ from typing import Any
 
 from pipeplan import __version__
 from pipeplan.executors import Executor, ShouldStop, TaskResult
-from pipeplan.problem import ConfigError, Op, OpKind, Problem, counted
+from pipeplan.problem import ConfigError, Op, OpKind, Problem, counted, shown
 from pipeplan.schedule import Schedule
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,13 @@ CREATE TABLE results (
 
 # The first 16 bytes of every SQLite database file.
 SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_store(store: object) -> None:
+    """A :class:`ConfigError` unless ``store`` is a :class:`Store` or None (a path given instead failed inside)."""
+    if store is not None and not isinstance(store, Store):
+        raise ConfigError(f"store must be a pipeplan.store.Store (with Store(path) as store: ...) or None, got "
+                          f"{type(store).__name__} {shown(store, 60)}")
 
 
 class StoreError(ConfigError):

@@ -767,3 +767,16 @@ def test_result_csvs_write_floats_without_binary_noise(tmp_path: Path) -> None:
     assert gpipe.startswith("gpipe,True,123.26,123.26,"), gpipe
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert next(r for r in summary["schedules"] if r["schedule"] == "gpipe")["makespan"] == 123.26
+
+
+def test_log_lines_name_pipeplan_or_the_library_they_come_from() -> None:
+    """Warnings read like errors (`pipeplan: warning: text`; they were `WARNING text`); another library's records
+    under its own logger's name, not as pipeplan's."""
+    lines = pipeplan.cli._Lines()
+
+    def line(name: str, level: int) -> str:
+        return lines.format(logging.LogRecord(name, level, __file__, 1, "text %d", (7,), None))
+
+    assert line("pipeplan.solver", logging.WARNING) == "pipeplan: warning: text 7"
+    assert line("pipeplan", logging.DEBUG) == "pipeplan: debug: text 7"
+    assert line("ray.worker", logging.WARNING) == "ray.worker: warning: text 7"

@@ -100,7 +100,7 @@ def test_bad_budgets_name_the_argument(budgets: object, message: str) -> None:
 
 
 def test_settings_must_be_solver_settings_or_none_for_the_defaults() -> None:
-    with pytest.raises(ConfigError, match="settings must be a SolverSettings"):
+    with pytest.raises(ConfigError, match="settings must be a pipeplan.SolverSettings or None"):
         frontier(Problem.build(3, 4), [4], {"time_limit_s": 1})  # type: ignore[arg-type]
     # None (solve() takes it too) used to be refused: the defaults, here proven optimal at once.
     [*_, optimal] = frontier(Problem.build(3, 4), [4])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeplan import load_config
+from pipeplan import ConfigError, load_config
 from pipeplan.cli import USER_ERROR, main
 from pipeplan.sizing.study import load_study
 
@@ -87,7 +87,7 @@ def test_a_path_named_dash_is_the_file(tmp_path: Path, monkeypatch: pytest.Monke
         (["frontier", "-", "--budgets", "2:4:1"], "x" * 1_000_001, "the config on the standard input is larger than"),
         (["simulate", "-", "--from-torch-csv", "-"], UNNAMED, "CONFIG and '--from-torch-csv' cannot both be '-'"),
         (["size", "-"], "", "the study on the standard input is empty"),
-        (["presets", "-"], "model: 3\n", "model"),
+        (["presets", "-"], "model: 3\n", "hardware is missing; a study needs model, hardware"),
         (["report", "-"], "", "a results folder cannot be read from the standard input ('-'); give a folder"),
         (["export", "-"], "", "a results folder cannot be read from the standard input ('-')"),
     ],
@@ -117,7 +117,7 @@ def test_a_terminal_is_told_where_the_input_is_read(capsys: pytest.CaptureFixtur
     monkeypatch.setattr(sys, "stdin", Stdin(UNNAMED, tty=True))
     code, out, err = run(capsys, "simulate", "-", "--schedule", "1f1b")
     assert code == 0, err
-    assert err == "pipeplan: reading YAML from the standard input; end it with Ctrl-D\n"
+    assert err == "pipeplan: reading the YAML from the standard input; end it with Ctrl-D\n"
     assert "stdin: 1f1b" in out
 
 
@@ -149,3 +149,36 @@ def test_dash_as_out_is_the_standard_output_or_refused(capsys: pytest.CaptureFix
     code, _, err = run(capsys, "solve", str(V48), "--time-limit", "1", "--workers", "1", "--quiet", "--out", "./-")
     assert code == 0, err
     assert (tmp_path / "-" / "summary.json").is_file()
+    # ./- is that folder to read, and a file of that name to write (it was the standard output: Path("./-") is "-").
+    code, out, err = run(capsys, "report", "./-", "--force")
+    assert code == 0 and out == "wrote -/report.html\n", err
+    code, out, err = run(capsys, "export", "done", "--out", "plan/../-/plan.csv")
+    assert code == 0, err
+    (tmp_path / "-" / "plan.csv").unlink()
+    shutil.rmtree(tmp_path / "-")
+    code, out, err = run(capsys, "export", "done", "--out", "./-")
+    assert code == 0 and out.startswith("wrote -"), err
+    assert (tmp_path / "-").read_text(encoding="utf-8").startswith("0F0,")
+    code, out, err = run(capsys, "report", "./-")
+    assert code == USER_ERROR and "Directory './-' is a file" in err, err
+
+
+def test_stdin_that_is_text_only_or_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in stdin without bytes underneath (an IDE's, a test's StringIO) is read as text; a closed one is a
+    message, not an internal error."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(UNNAMED))
+    assert load_config("-").problem.forward == (1.5,) * 4
+    closed = io.StringIO(UNNAMED)
+    closed.close()
+    monkeypatch.setattr(sys, "stdin", closed)
+    with pytest.raises(ConfigError, match=r"^cannot read the config on the standard input \(I/O operation on closed "
+                                          r"file\); give the file's path$"):
+        load_config("-")
+
+
+def test_a_torch_csv_typed_at_a_terminal_is_announced(capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", Stdin("0F0\n", tty=True))
+    code, _, err = run(capsys, "simulate", str(V48), "--from-torch-csv", "-")
+    assert code == USER_ERROR
+    assert err.startswith("pipeplan: reading the torch CSV from the standard input; end it with Ctrl-D\n"), err

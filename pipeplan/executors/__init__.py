@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from pipeplan.problem import ConfigError
+from pipeplan.problem import ConfigError, shown
 
 # Called between results: True asks the executor to start no more tasks and stop the running ones.
 ShouldStop = Callable[[], bool]
@@ -49,7 +49,7 @@ def check_executor(executor: object) -> None:
     if executor is not None and not callable(getattr(executor, "map", None)):
         raise ConfigError("executor must be an executor or None: LocalExecutor(processes) from "
                           "pipeplan.executors.local, or RayExecutor(address) from pipeplan.executors.ray, used "
-                          f"as a context manager; got {type(executor).__name__} {executor!r:.60}")
+                          f"as a context manager; got {type(executor).__name__} {shown(executor, 60)}")
 
 
 class Executor(Protocol):

@@ -79,6 +79,12 @@ def timeline_records(timeline: Timeline) -> list[dict[str, Any]]:
 CSV_FLOAT_FORMAT = "%.12g"
 
 
+def summary_json(summary: dict[str, Any]) -> str:
+    """A comparison's summary as ``solve --format json`` prints it and summary.json holds it: its config as given,
+    the rest at twelve significant digits (:func:`printed_json`)."""
+    return printed_json(summary, exact=("config",))
+
+
 def printed_json(record: dict[str, Any], exact: tuple[str, ...] = ()) -> str:
     """``record`` as indented JSON (``--format json``, summary.json), its floats at the twelve significant digits
     of the result CSVs (:data:`CSV_FLOAT_FORMAT`): 6.7, not the 6.699999999999999 of a sum of binary floats. The
@@ -445,7 +451,7 @@ def write_results(out: Path, summary: dict[str, Any], timelines: dict[str, Timel
     """Write a comparison's result folder: summary.json, metrics.csv, schedules/<name>.json (and ``extra``)."""
 
     def fill(folder: Path) -> None:
-        (folder / "summary.json").write_text(printed_json(summary, exact=("config",)) + "\n", encoding="utf-8")
+        (folder / "summary.json").write_text(summary_json(summary) + "\n", encoding="utf-8")
         metrics_frame(summary["schedules"]).to_csv(folder / "metrics.csv", index=False, float_format=CSV_FLOAT_FORMAT)
         (folder / "schedules").mkdir()
         for name, timeline in timelines.items():
@@ -550,9 +556,6 @@ def read_summary(folder: Path) -> dict[str, Any]:
     """The summary.json of a folder written by ``pipeplan solve --out``, its fields checked (a quick look before a
     long read: a command fails on the folder before it fails on its output). Raises :class:`ConfigError` naming
     the fix when the folder or the file is missing or malformed."""
-    if str(folder) == "-" and not folder.is_dir():  # the standard input elsewhere; a folder here (./- is one)
-        raise ConfigError("a results folder cannot be read from the standard input ('-'); give a folder written by "
-                          "'pipeplan solve --out'")
     if not folder.is_dir():
         raise ConfigError(f"results folder {str(folder)!r} does not exist; give a folder written by "
                           "'pipeplan solve --out'")

@@ -20,7 +20,7 @@ import pandas as pd
 
 from pipeplan.executors import Executor, ShouldStop, check_executor
 from pipeplan.executors.local import LocalExecutor
-from pipeplan.problem import ConfigError, counted, expect
+from pipeplan.problem import ConfigError, counted
 from pipeplan.schedule import NotApplicable
 from pipeplan.sizing.build import SizedProblem, build_problem, optimizer_variant
 from pipeplan.sizing.estimate import (
@@ -46,6 +46,7 @@ from pipeplan.store import (
     StoredRow,
     Task,
     TaskOutput,
+    check_store,
     record_of,
     require_fields,
     run_tasks,
@@ -100,7 +101,7 @@ def _check_options(time_limit_s: object, optimal_top: object, num_workers: objec
 def _check_hooks(store: object, progress: object, stop: object, executor: object) -> None:
     """:class:`ConfigError` naming ``store``, ``progress``, ``stop`` or ``executor`` when it is not what a sweep can
     use."""
-    expect("store", store, (Store, type(None)), "a pipeplan.store.Store (with Store(path) as store: ...) or None")
+    check_store(store)
     check_hooks(progress, stop)
     check_executor(executor)
 
