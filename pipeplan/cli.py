@@ -1076,10 +1076,12 @@ MAX_BUDGETS = 500
 @click.option("--no-png", is_flag=True, help="With --out, skip the PNG (which needs kaleido and Chromium).")
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
 @click.option("--quiet", is_flag=True, help="No progress display.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Output as readable tables or one JSON object (every row; status lines go to stderr).")
 @_sweep_options
 @_debug_option
 def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective: str | None, workers: int | None,
-                 random_seed: int | None, out: Path | None, no_png: bool, force: bool, quiet: bool,
+                 random_seed: int | None, out: Path | None, no_png: bool, force: bool, quiet: bool, fmt: str,
                  jobs: int | None, ray_address: str | None, store_path: Path | None, refresh: bool,
                  show_progress: bool) -> None:
     """Sweep the memory budget: every schedule's objective and the optimizer's at each budget.
@@ -1131,15 +1133,20 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     from pipeplan.report.tables import format_memory, frontier_tables
 
     console = _console()
-    if rows:  # none when a Ctrl-C came before any budget finished: no empty frame
+    if fmt == "json":  # stdout is the JSON alone, for a pipe; what else the command says goes to stderr
+        units = {"time": cfg.units.time, "memory": cfg.units.memory}
+        click.echo(printed_json({"name": cfg.name, "objective": settings.objective, "units": units,
+                                 "rows": [row.to_dict() for row in rows]}))
+        console = _Stderr()
+    elif rows:  # none when a Ctrl-C came before any budget finished: no empty frame
         console.print(*frontier_tables(cfg.name, rows, settings.objective, cfg.units, console.width))
     for row in rows:
-        if row.note:
+        if row.note and fmt != "json":  # each row's note is in its record
             console.print(f"budget {format_memory(row.budget)}: {row.note}", style="yellow", soft_wrap=True)
     if tasks:
         place.summary(console, stats["total"], stats["reused"], stats["ran"], stats["failures"])
     if out is not None and written:
-        console.print(f"wrote {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}")
+        console.print(f"wrote {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}", soft_wrap=True)
     message = _stopped_in_process(sweep, rows)
     if tasks:
         done = stats["reused"] + stats["ran"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import re
 import shutil
 from dataclasses import replace
@@ -239,6 +240,39 @@ def test_frontier_command_writes_csv_and_a_self_contained_plot(
     expected = ["frontier.csv", "frontier.html", *(["frontier.png"] if png else []), "store.sqlite"]
     assert sorted(p.name for p in out.iterdir()) == expected
     assert [p.name for p in tmp_path.iterdir()] == ["sweep"]
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_frontier_json_is_every_row_and_stdout_alone(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                     store: bool) -> None:
+    """--format json prints one object, the rows frontier.csv holds (a budget that admits nothing with its note);
+    what else the command says (the store's count, what it wrote) goes to stderr. In this process, and as tasks
+    with a store."""
+    out = tmp_path / "sweep"
+    argv = ["frontier", str(TINY_CONFIG), "--budgets", "0.5:2:0.5", "--time-limit", "1", "--workers", "1",
+            "--format", "json", "--quiet", "--no-png", *(["--out", str(out)] if store else [])]
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads(captured.out)
+    assert (data["name"], data["objective"], data["units"]) == ("good-minimal", "makespan",
+                                                                {"time": "units", "memory": "slots"})
+    rows = data["rows"]
+    assert sorted({row["budget"] for row in rows}) == [0.5, 1.0, 1.5, 2.0]
+    assert set(rows[0]) == set(FRONTIER_COLUMNS)
+    optimal = [row for row in rows if row["schedule"] == "optimal"]
+    assert optimal[0]["status"] == INFEASIBLE and "below one activation (1)" in optimal[0]["note"]
+    values = [row["objective"] for row in optimal[1:]]
+    assert values == sorted(values, reverse=True) and all(row["feasible"] for row in optimal[1:])
+    if store:
+        with (out / "frontier.csv").open(encoding="utf-8", newline="") as file:
+            written = list(csv.DictReader(file))
+        assert [(float(r["budget"]), r["schedule"], r["objective"] and float(r["objective"])) for r in written] == [
+            (row["budget"], row["schedule"], "" if row["objective"] is None else row["objective"]) for row in rows]
+        assert f"results came from the store {out}/store.sqlite" in captured.err
+        assert f"wrote {out}/: frontier.csv, frontier.html, store.sqlite" in captured.err
+    else:
+        assert captured.err == ""
 
 
 @pytest.mark.parametrize("folder", ["sweep", "new/parents/sweep"])
