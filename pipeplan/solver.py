@@ -68,6 +68,11 @@ _MAX_FLOAT_EXPONENT = 300
 # problem too, validated as one), below the integers a float holds exactly (2**53). A scale that would pass it
 # is not used: costs then round (a relaxation) instead of the solve being refused for a total the config never had.
 _MAX_TICKS = min(2**53, MAX_TOTAL)
+# The largest product of a memory tick count and a time tick count: CP-SAT's cumulative reasons with a demand times
+# a duration and a capacity times the horizon in 64-bit integers, and past about 2**63 it answered INFEASIBLE on a
+# model that has a solution (seconds of 1.2345678 at 10**7 ticks a unit beside bytes of 2499904865.71188, found by
+# a new user's trial). The memory scale is held below it, given the time ticks (memory then rounds: a relaxation).
+_MAX_TICK_PRODUCT = 2**61
 _EPS = 1e-9
 
 
@@ -265,18 +270,18 @@ def _rounded(ticks: float, rounding: Callable[[float], int]) -> float:
     return float(round(ticks) if _is_whole(ticks) else rounding(ticks))
 
 
-def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
+def _scale_for(values: Sequence[float], total: float, max_ticks: float = _MAX_TICKS) -> tuple[int, bool]:
     """The smallest power of ten that makes every value a whole number of ticks (up to float noise), and whether
     one does that resolves a millionth of the largest value (values of 1e-9 need 10**9 ticks per unit to be
     whole: times and memory may be in any unit); never so large that ``total`` (the largest sum the model forms)
-    passes :data:`_MAX_TICKS`. When no power of ten does, the smallest of its multiples by
+    passes ``max_ticks`` (:data:`_MAX_TICKS`). When no power of ten does, the smallest of its multiples by
     :data:`_THIRDS_MULTIPLIERS` that does: a device's cost split over 3 chunks is in thirds (1.0 -> 0.333...), which
     no power of ten makes whole, so CP-SAT solved a rounded relaxation and could not prove such a schedule optimal
     (FEASIBLE, "gap 6e-05 %", where 6 ticks a unit make it exact)."""
-    scale, exact = _scale_among(values, total, (1,))
+    scale, exact = _scale_among(values, total, (1,), max_ticks)
     if exact:
         return scale, True
-    thirds, exact = _scale_among(values, total, _THIRDS_MULTIPLIERS)
+    thirds, exact = _scale_among(values, total, _THIRDS_MULTIPLIERS, max_ticks)
     return (thirds, True) if exact else (scale, False)
 
 
@@ -285,7 +290,8 @@ def _scale_for(values: Sequence[float], total: float) -> tuple[int, bool]:
 _THIRDS_MULTIPLIERS = (3, 6, 9, 12)
 
 
-def _scale_among(values: Sequence[float], total: float, multipliers: Sequence[int]) -> tuple[int, bool]:
+def _scale_among(values: Sequence[float], total: float, multipliers: Sequence[int],
+                 max_ticks: float = _MAX_TICKS) -> tuple[int, bool]:
     """For :func:`_scale_for`: the smallest scale m 10**e (m in ``multipliers``, ascending and below 100) that
     makes every value whole, and True; else the finest scale tried and False."""
     positive = [abs(v) for v in values if v != 0]
@@ -293,13 +299,13 @@ def _scale_among(values: Sequence[float], total: float, multipliers: Sequence[in
     # from 0.1 up): no power below it makes that value a whole number of ticks.
     start = max(0, -math.floor(math.log10(max(positive))) - 1) if positive else 0
     start = min(start, _MAX_FLOAT_EXPONENT - _MAX_SCALE_EXPONENT)  # a scale a float holds (values near 1e-308)
-    while start > 0 and total * 10**start > _MAX_TICKS:
+    while start > 0 and total * 10**start > max_ticks:
         start -= 1
     largest = 0
     for exponent in range(start, start + _MAX_SCALE_EXPONENT + 1):
         for multiplier in multipliers:
             scale = multiplier * 10**exponent
-            if total * scale > _MAX_TICKS and scale > 1:
+            if total * scale > max_ticks and scale > 1:
                 return largest, False
             largest = scale
             if all(_is_whole(v * scale) for v in values):
@@ -342,7 +348,9 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
         min(b, problem.num_microbatches * problem.footprint(d)) for d, b in enumerate(problem.budget)
     )
     most = max(problem.num_microbatches * problem.footprint(d) for d in range(problem.num_devices))
-    memory_scale, exact_memory = _scale_for([*act, *wact, *(budget or ())], most)
+    time_ticks = max(1.0, problem.total_time() * time_scale)  # no makespan in ticks is longer
+    memory_scale, exact_memory = _scale_for([*act, *wact, *(budget or ())], most,
+                                            min(_MAX_TICKS, _MAX_TICK_PRODUCT / time_ticks))
     exact = exact_time and exact_memory
     if not exact:
         log.warning("costs or memory are not whole ticks (the solver resolves about a millionth of the largest "

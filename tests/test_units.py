@@ -136,3 +136,21 @@ def test_the_ticked_bound_stays_below_every_fitting_schedule_in_odd_units(proble
         metrics = compute_metrics(simulate(other, schedule))
         if metrics.feasible:
             assert bound <= metrics.makespan * (1 + 1e-9), schedule.name
+
+
+def test_seconds_beside_bytes_keep_cp_sat_within_its_integers() -> None:
+    """Times in seconds with many digits (10**6 ticks a unit) and memory in bytes (2.5e9 a microbatch): the memory
+    scale alone allowed ticks whose products with the time ticks passed what CP-SAT's cumulative holds in 64 bits,
+    and it answered INFEASIBLE on a model that has a solution, an internal error (found by a new user's trial).
+    The memory scale is held below 2**61 over the time ticks; memory then rounds, as a relaxation."""
+    a = 2499904865.71188
+    problem = Problem.build(num_stages=4, num_microbatches=8, forward=1.2345678, backward=1.2345678,
+                            backward_weight=0.61728395, activation=a, weight_activation=0.35 * a, budget=3 * a)
+    ticked, scale, _ = tick_problem(problem)
+    assert ticked.budget is not None and problem.total_time() * scale * max(ticked.budget) <= 2**61
+    result = solve(problem, time_limit_s=2, num_workers=1)
+    assert result.metrics.feasible and result.lower_bound <= result.objective
+    for schedule in generate_applicable(problem)[0]:
+        metrics = compute_metrics(simulate(problem, schedule))
+        if metrics.feasible:
+            assert result.objective <= metrics.makespan * (1 + 1e-9), schedule.name
