@@ -368,9 +368,11 @@ class Problem:
                 # With chunks the values are per model stage: a number in the config was split over the chunks.
                 split = f" (per chunk: a device's values are split over its {self.num_chunks} chunks)" \
                     if self.num_chunks > 1 else ""
+                # Enough digits that the two differ as printed (1.0000001 read as 1 beside 1).
+                digits = next((d for d in range(6, 18) if f"{wact:.{d}g}" != f"{act:.{d}g}"), 17)
                 raise ConfigError(
-                    f"memory.weight_activation ({wact:g}) is above memory.activation ({act:g}) on stage {s}{split}; "
-                    "it is the part of the activation kept until W, so it must be <= activation"
+                    f"memory.weight_activation ({wact:.{digits}g}) is above memory.activation ({act:.{digits}g}) on "
+                    f"stage {s}{split}; it is the part of the activation kept until W, so it must be <= activation"
                 )
             if wact > 0 and not self.split_backward:
                 raise ConfigError(
