@@ -1209,9 +1209,11 @@ def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config,
               help="Optimizer time limit in seconds per configuration (overrides optimizer.time_limit_s).")
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
 @click.option("--quiet", is_flag=True, help="No progress display.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Output as readable tables or one JSON object (every row; status lines go to stderr).")
 @_sweep_options
 @_debug_option
-def size(study: str, out: Path | None, top: int, time_limit: float | None, force: bool, quiet: bool,
+def size(study: str, out: Path | None, top: int, time_limit: float | None, force: bool, quiet: bool, fmt: str,
          jobs: int | None, ray_address: str | None, store_path: Path | None, refresh: bool,
          show_progress: bool) -> None:
     """Find the parallel sizes, microbatch size, chunks and schedule with the most tokens/s within memory.
@@ -1254,29 +1256,65 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
             written = True
     console = _console()
     stats = result.stats
-    if stats.stopped or result.interrupted or (out is not None and not written):
-        console.print(*top_table(f"{loaded.name}: top {top} of the configurations finished", result.frame, top,
-                                 console.width))
+    finished = not (stats.stopped or result.interrupted or (out is not None and not written))
+    if fmt == "json":  # stdout is the JSON alone, for a pipe; what else the command says goes to stderr
+        click.echo(printed_json(_size_record(loaded.name, result, finished)))
+        console = _Stderr()
+    if not finished:
+        if fmt != "json":
+            console.print(*top_table(f"{loaded.name}: top {top} of the configurations finished", result.frame,
+                                     top, console.width))
         place.summary(console, stats.total, stats.reused, stats.ran, stats.failures)
         during = " while the optimizer ran on the best configuration" if result.interrupted else ""
         click.echo(f"pipeplan: {stopped_sweep(stats.done, stats.total, 'tasks', place.store_path, during=during)}",
                    err=True)
         raise click.exceptions.Exit(INTERRUPTED)
-    console.print(*top_table(f"{loaded.name}: top {top} configurations that fit", result.frame, top, console.width))
-    if result.frame["num_gpus"].nunique() > 1:
-        console.print(*per_gpu_count_table("the best configuration at each GPU count", result.frame, console.width))
-    console.print(gain_sentence(result.gain_label, result.baseline, result.optimal), soft_wrap=True)
+    if fmt != "json":
+        console.print(*top_table(f"{loaded.name}: top {top} configurations that fit", result.frame, top,
+                                 console.width))
+        if result.frame["num_gpus"].nunique() > 1:
+            console.print(*per_gpu_count_table("the best configuration at each GPU count", result.frame,
+                                               console.width))
+        console.print(gain_sentence(result.gain_label, result.baseline, result.optimal), soft_wrap=True)
     skipped = int(result.frame["skipped"].notna().sum())
     over = int((result.frame["skipped"].isna() & ~result.frame["fits"]).sum())
-    rows_at = "see sweep.csv" if out is not None else "--out DIR writes every row, and why, to DIR/sweep.csv"
+    rows_at = ("see sweep.csv" if out is not None else "each row's reason is in the JSON" if fmt == "json"
+               else "--out DIR writes every row, and why, to DIR/sweep.csv")
     console.print(f"{counted(len(result.frame), 'row')}: "
                   f"{int(result.frame['fits'].sum())} fit, {over} over memory, "
                   f"{skipped} skipped ({rows_at})", style="dim", soft_wrap=True)
     place.summary(console, stats.total, stats.reused, stats.ran, stats.failures)
     if out is not None:
-        console.print(f"wrote {out}/sweep.csv, report.html, best.yaml{', ' + STORE_NAME if place.in_out else ''}")
+        console.print(f"wrote {out}/sweep.csv, report.html, best.yaml{', ' + STORE_NAME if place.in_out else ''}",
+                      soft_wrap=True)
     # A Ctrl-C after the last task finished: with no folder to hold back, or while it was written.
     _exit_if_interrupted(stop, _interrupted_late("every task"))
+
+
+def _size_record(name: str, result: Any, finished: bool) -> dict[str, Any]:
+    """``size --format json``'s object: every row of the sweep (sweep.csv's columns, null where empty) and, once
+    the sweep finished, the best plan and the 1F1B and optimizer runs on its sizes (their numbers; the problem and
+    timeline records are left out)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        if isinstance(value, dict):
+            return {str(key): plain(item) for key, item in value.items()}
+        value = value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value  # numpy
+        if isinstance(value, float) and math.isnan(value):
+            return None
+        return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
+
+    def numbers(record: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if record is None else {key: plain(value) for key, value in record.items()
+                                            if key not in ("problem", "timeline", "sized")}
+
+    rows = [{key: plain(value) for key, value in row.items()} for row in result.frame.to_dict("records")]
+    return {"name": name, "finished": finished, "rows": rows,
+            "best": numbers(result.best) if finished else None,
+            "baseline": numbers(result.baseline) if finished else None,
+            "optimal": numbers(result.optimal) if finished else None}
 
 
 @cli.command("presets", short_help="List the model and hardware presets of 'pipeplan size'.")

@@ -5,7 +5,9 @@ matched to its message, with exit status 2, no traceback and nothing written."""
 from __future__ import annotations
 
 import importlib
+import json
 import logging
+import math
 import re
 import signal
 import sqlite3
@@ -79,6 +81,30 @@ def test_size_prints_the_top_table_and_the_gain_and_writes_the_folder(capsys: py
     assert "skipped (see sweep.csv)" in stdout
     code, stdout, stderr = run(capsys, "solve", str(out / "best.yaml"), "--time-limit", "1", "--quiet")
     assert code == 0, stderr
+
+
+def test_size_json_is_every_row_and_the_best_plan_on_stdout_alone(capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path) -> None:
+    """--format json: sweep.csv's rows (null where a cell is empty), the best plan and the 1F1B and optimizer runs
+    on its sizes, as numbers (no problem or timeline objects); the other lines go to stderr (there was no
+    machine-readable output without --out: a new user's trial)."""
+    out = tmp_path / "sized"
+    code, stdout, stderr = run(capsys, "size", write_study(tmp_path, GOOD), "--out", str(out), "--format", "json",
+                               "--quiet")
+    assert code == 0, stderr
+    data = json.loads(stdout)
+    assert (data["name"], data["finished"]) == ("tiny on H100", True)
+    frame = pd.read_csv(out / "sweep.csv")
+    assert len(data["rows"]) == len(frame) and set(data["rows"][0]) == set(frame.columns)
+    assert [math.nan if row["tokens_per_s"] is None else row["tokens_per_s"] for row in data["rows"]] == \
+        pytest.approx(frame["tokens_per_s"].tolist(), nan_ok=True)
+    assert any(row["skipped"] is not None for row in data["rows"]) and all(
+        row["tokens_per_s"] is None for row in data["rows"] if row["skipped"] is not None)
+    best = data["best"]
+    assert best["fits"] and best["tokens_per_s"] == max(row["tokens_per_s"] for row in data["rows"] if row["fits"])
+    assert {"problem", "timeline", "sized"}.isdisjoint(best) and data["optimal"]["status"] in ("OPTIMAL", "FEASIBLE")
+    assert data["baseline"]["schedule"] == "1f1b"
+    assert "rows: " in stderr and f"wrote {out}/sweep.csv" in stderr
 
 
 def test_size_refuses_an_existing_folder_without_force(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
