@@ -59,6 +59,8 @@ CREATE TABLE results (
     written REAL NOT NULL      -- when (Unix time)
 );
 """
+# The columns of the results table, as SCHEMA makes it.
+RESULT_COLUMNS = ("key", "kind", "label", "record", "problem", "orders", "error", "version", "written")
 
 
 # The first 16 bytes of every SQLite database file.
@@ -253,6 +255,12 @@ class Store:
             raise StoreError(f"the store {str(self.path)!r} has layout {meta.get('format_version')} (written by "
                              f"pipeplan {meta.get('created_by')}); this pipeplan reads layout {FORMAT_VERSION}: pick "
                              f"{_ANOTHER}, or use that pipeplan version to read it")
+        # The results table as the layout has it (a dropped table or a renamed column was an internal error later).
+        columns = {row[1] for row in db.execute("PRAGMA table_info(results)").fetchall()}
+        if columns != set(RESULT_COLUMNS):
+            db.close()
+            missing = "no results table" if not columns else "a results table with other columns"
+            raise _refuse(self.path, f"is a pipeplan store with {missing}: damaged")
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")

@@ -367,6 +367,22 @@ def make_damaged_store(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def make_store_without_results(path: Path) -> None:
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE results")
+    db.commit()
+    db.close()
+
+
+def make_store_with_a_renamed_column(path: Path) -> None:
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE results RENAME COLUMN label TO lbl")
+    db.commit()
+    db.close()
+
+
 # How a store error names another store, for the command line and for Python.
 ANOTHER = "another store file (--store FILE; Store(path) in Python)"
 
@@ -376,6 +392,11 @@ BAD_STORES = [
      "damaged or not a pipeplan store"),
     ("other-sqlite", make_plain_sqlite, "is an SQLite file but not a pipeplan store (no meta table); pick another"),
     ("other-layout", make_other_layout, f"this pipeplan reads layout {FORMAT_VERSION}: pick {ANOTHER}"),
+    # Each was an internal error (no such table: results; no such column: label): a new user's trial.
+    ("no-results-table", make_store_without_results, f"is a pipeplan store with no results table: damaged; pick "
+                                                     f"{ANOTHER}"),
+    ("renamed-column", make_store_with_a_renamed_column, "is a pipeplan store with a results table with other "
+                                                         "columns: damaged"),
 ]
 
 
