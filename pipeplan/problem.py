@@ -363,11 +363,11 @@ class Problem:
                 f"costs.backward_weight must be > 0 on every stage or 0 on every stage, got {list(weights)}; "
                 "0 means the backward is not split into B and W"
             )
+        # With chunks the values are per model stage: a number in the config was split over the chunks.
+        split = f" (per chunk: a device's values are split over its {self.num_chunks} chunks)" \
+            if self.num_chunks > 1 else ""
         for s, (act, wact) in enumerate(zip(self.activation, self.weight_activation)):
             if wact > act * (1 + 1e-12):
-                # With chunks the values are per model stage: a number in the config was split over the chunks.
-                split = f" (per chunk: a device's values are split over its {self.num_chunks} chunks)" \
-                    if self.num_chunks > 1 else ""
                 # Enough digits that the two differ as printed (1.0000001 read as 1 beside 1).
                 digits = next((d for d in range(6, 18) if f"{wact:.{d}g}" != f"{act:.{d}g}"), 17)
                 raise ConfigError(
@@ -376,7 +376,7 @@ class Problem:
                 )
             if wact > 0 and not self.split_backward:
                 raise ConfigError(
-                    f"memory.weight_activation is {wact:g} but the backward is not split (costs.backward_weight "
+                    f"memory.weight_activation is {wact:g}{split} but the backward is not split (costs.backward_weight "
                     "is 0); set weight_activation to 0 or give backward_weight a positive time"
                 )
         for s in range(self.num_model_stages):

@@ -257,6 +257,10 @@ def test_with_chunks_a_per_stage_message_says_its_values_are_per_chunk() -> None
     with pytest.raises(ConfigError, match=r"\(0.75\) is above memory.activation \(0.5\) on stage 0 \(per chunk: a "
                                           r"device's values are split over its 2 chunks\); "):
         Problem.build(**fields, num_chunks=2)
+    # The unsplit backward's message says so too (it quoted 0.175 of a file that says 0.35: a trial user's).
+    with pytest.raises(ConfigError, match=r"^memory.weight_activation is 0.175 \(per chunk: a device's values are "
+                                          r"split over its 2 chunks\) but the backward is not split"):
+        Problem.build(4, 8, weight_activation=0.35, num_chunks=2, placement="v")
     # Printed with the digits that tell them apart (it said "(1) is above memory.activation (1)": a trial user's).
     with pytest.raises(ConfigError, match=r"\(1.0000001\) is above memory.activation \(1\) on stage 0; "):
         Problem.build(**{**fields, "weight_activation": 1.0000001})
