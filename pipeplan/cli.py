@@ -1135,8 +1135,9 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     console = _console()
     if fmt == "json":  # stdout is the JSON alone, for a pipe; what else the command says goes to stderr
         units = {"time": cfg.units.time, "memory": cfg.units.memory}
+        finished = set(sweep) <= {row.budget for row in rows}  # a Ctrl-C may have left budgets out
         click.echo(printed_json({"name": cfg.name, "objective": settings.objective, "units": units,
-                                 "rows": [row.to_dict() for row in rows]}))
+                                 "finished": finished, "rows": [row.to_dict() for row in rows]}))
         console = _Stderr()
     elif rows:  # none when a Ctrl-C came before any budget finished: no empty frame
         console.print(*frontier_tables(cfg.name, rows, settings.objective, cfg.units, console.width))

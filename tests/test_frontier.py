@@ -257,6 +257,7 @@ def test_frontier_json_is_every_row_and_stdout_alone(capsys: pytest.CaptureFixtu
     data = json.loads(captured.out)
     assert (data["name"], data["objective"], data["units"]) == ("good-minimal", "makespan",
                                                                 {"time": "units", "memory": "slots"})
+    assert data["finished"] is True
     rows = data["rows"]
     assert sorted({row["budget"] for row in rows}) == [0.5, 1.0, 1.5, 2.0]
     assert set(rows[0]) == set(FRONTIER_COLUMNS)

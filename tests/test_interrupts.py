@@ -181,13 +181,15 @@ def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
     monkeypatch.setattr(pipeplan.cli._TaskProgress, "__call__", report)
     out = tmp_path / "frontier"
     argv = frontier_in_process(config, "4:8:1", "1", out)
-    code = main(argv)
+    code = main([*argv, "--format", "json"])  # its object says the rows are not all there
     captured = capsys.readouterr()
     assert code == INTERRUPTED
     assert "interrupted" in captured.err
     lines = (out / "frontier.csv").read_text(encoding="utf-8").splitlines()
     assert {float(line.split(",")[0]) for line in lines[1:]} == {4.0}
-    assert "0 of 5 results came from the store" in captured.out
+    data = json.loads(captured.out)
+    assert data["finished"] is False and {row["budget"] for row in data["rows"]} == {4.0}
+    assert "0 of 5 results came from the store" in captured.err
     monkeypatch.setattr(pipeplan.cli._TaskProgress, "__call__", original)
     assert main([*argv, "--force"]) == 0
     captured = capsys.readouterr()
