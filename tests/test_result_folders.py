@@ -305,7 +305,9 @@ def _solve_folder_with_folders_named_like_a_browsers_files(out: Path) -> None:
 
 @pytest.mark.parametrize(("make", "message"), [
     (_project, "holds what pipeplan does not write (src)"),
-    (_fake_store, "is not a pipeplan result folder (no summary.json"),
+    # It said "(no summary.json or frontier.csv or sweep.csv or store.sqlite)" of a folder holding store.sqlite.
+    (_fake_store, "is not a pipeplan result folder: its store.sqlite is not an SQLite file, and it holds no "
+                  "summary.json"),
     (_solve_folder_with_notes, "holds what pipeplan does not write (notes.txt)"),
     (_solve_folder_with_folders_named_like_a_browsers_files, "holds what pipeplan does not write (._my-notes, "
      "Thumbs.db)"),

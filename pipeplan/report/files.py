@@ -235,6 +235,10 @@ def _not_ours(out: Path) -> str:
             more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
             return (f"output folder {str(out)!r} is not a pipeplan result folder: it holds what pipeplan does not "
                     f"write ({listed}{more}); --force only replaces folders pipeplan wrote, pick a new folder")
+    if (out / "store.sqlite").is_file():  # a marker by name only: any file can be called that
+        return (f"output folder {str(out)!r} is not a pipeplan result folder: its store.sqlite is not an SQLite "
+                "file, and it holds no summary.json, frontier.csv or sweep.csv; --force only replaces folders "
+                "pipeplan wrote, pick a new folder")
     return (f"output folder {str(out)!r} is not a pipeplan result folder (no {' or '.join(RESULT_MARKERS)}); "
             "--force only replaces those, pick a new folder")
 
