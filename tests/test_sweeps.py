@@ -352,12 +352,20 @@ def make_plain_sqlite(path: Path) -> None:
     db.close()
 
 
-def make_other_layout(path: Path) -> None:
-    Store(path).close()
-    db = sqlite3.connect(path)
-    db.execute("UPDATE meta SET value = ? WHERE key = 'format_version'", (str(FORMAT_VERSION + 1),))
-    db.commit()
-    db.close()
+def altered_store(statement: str, *parameters: object) -> Any:
+    """A maker of a new store changed by one SQL ``statement``."""
+
+    def make(path: Path) -> None:
+        Store(path).close()
+        db = sqlite3.connect(path)
+        db.execute(statement, parameters)
+        db.commit()
+        db.close()
+
+    return make
+
+
+make_other_layout = altered_store("UPDATE meta SET value = ? WHERE key = 'format_version'", str(FORMAT_VERSION + 1))
 
 
 def make_damaged_store(path: Path) -> None:
@@ -365,22 +373,6 @@ def make_damaged_store(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[100:4096] = b"\xff" * (4096 - 100)  # the first page's tables, after the 100-byte header
     path.write_bytes(bytes(data))
-
-
-def make_store_without_results(path: Path) -> None:
-    Store(path).close()
-    db = sqlite3.connect(path)
-    db.execute("DROP TABLE results")
-    db.commit()
-    db.close()
-
-
-def make_store_with_a_renamed_column(path: Path) -> None:
-    Store(path).close()
-    db = sqlite3.connect(path)
-    db.execute("ALTER TABLE results RENAME COLUMN label TO lbl")
-    db.commit()
-    db.close()
 
 
 # How a store error names another store, for the command line and for Python.
@@ -393,10 +385,11 @@ BAD_STORES = [
     ("other-sqlite", make_plain_sqlite, "is an SQLite file but not a pipeplan store (no meta table); pick another"),
     ("other-layout", make_other_layout, f"this pipeplan reads layout {FORMAT_VERSION}: pick {ANOTHER}"),
     # Each was an internal error (no such table: results; no such column: label): a new user's trial.
-    ("no-results-table", make_store_without_results, f"is a pipeplan store with no results table: damaged; pick "
-                                                     f"{ANOTHER}"),
-    ("renamed-column", make_store_with_a_renamed_column, "is a pipeplan store with a results table with other "
-                                                         "columns: damaged"),
+    ("no-results-table", altered_store("DROP TABLE results"), f"is a pipeplan store with no results table: "
+                                                             f"damaged; pick {ANOTHER}"),
+    ("renamed-column", altered_store("ALTER TABLE results RENAME COLUMN label TO lbl"), "is a pipeplan store with a "
+                                                                                        "results table with other "
+                                                                                        "columns: damaged"),
 ]
 
 
