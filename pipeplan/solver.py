@@ -71,7 +71,8 @@ _MAX_TICKS = min(2**53, MAX_TOTAL)
 # The largest product of a memory tick count and a time tick count: CP-SAT's cumulative reasons with a demand times
 # a duration and a capacity times the horizon in 64-bit integers, and past about 2**63 it answered INFEASIBLE on a
 # model that has a solution (seconds of 1.2345678 at 10**7 ticks a unit beside bytes of 2499904865.71188, found by
-# a new user's trial). The memory scale is held below it, given the time ticks (memory then rounds: a relaxation).
+# a new user's trial). The memory scale is held below it, given the time ticks, below one tick a unit if need be
+# (nanoseconds beside bytes: a tick of a thousand bytes); memory then rounds, as a relaxation.
 _MAX_TICK_PRODUCT = 2**61
 _EPS = 1e-9
 
@@ -349,8 +350,13 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     )
     most = max(problem.num_microbatches * problem.footprint(d) for d in range(problem.num_devices))
     time_ticks = max(1.0, problem.total_time() * time_scale)  # no makespan in ticks is longer
-    memory_scale, exact_memory = _scale_for([*act, *wact, *(budget or ())], most,
-                                            min(_MAX_TICKS, _MAX_TICK_PRODUCT / time_ticks))
+    memory_ticks = min(_MAX_TICKS, _MAX_TICK_PRODUCT / time_ticks)
+    memory_values = [*act, *wact, *(budget or ())]
+    memory_scale: float
+    memory_scale, exact_memory = _scale_for(memory_values, most, memory_ticks)
+    if most * memory_scale > memory_ticks:  # even one tick a unit is too fine (nanoseconds beside bytes)
+        memory_scale = 10.0 ** math.floor(math.log10(memory_ticks / most))
+        exact_memory = all(_is_whole(v * memory_scale) for v in memory_values)
     exact = exact_time and exact_memory
     if not exact:
         log.warning("costs or memory are not whole ticks (the solver resolves about a millionth of the largest "
@@ -358,7 +364,7 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
                     "bound may stop short of the optimum by that rounding; fewer digits in the config's values "
                     "avoid it")
 
-    def down(values: Sequence[float], scale: int) -> tuple[float, ...]:
+    def down(values: Sequence[float], scale: float) -> tuple[float, ...]:
         return tuple(_rounded(v * scale, math.floor) for v in values)
 
     weights = down(problem.backward_weight, time_scale)

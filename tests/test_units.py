@@ -144,13 +144,19 @@ def test_seconds_beside_bytes_keep_cp_sat_within_its_integers() -> None:
     and it answered INFEASIBLE on a model that has a solution, an internal error (found by a new user's trial).
     The memory scale is held below 2**61 over the time ticks; memory then rounds, as a relaxation."""
     a = 2499904865.71188
-    problem = Problem.build(num_stages=4, num_microbatches=8, forward=1.2345678, backward=1.2345678,
+    seconds = Problem.build(num_stages=4, num_microbatches=8, forward=1.2345678, backward=1.2345678,
                             backward_weight=0.61728395, activation=a, weight_activation=0.35 * a, budget=3 * a)
-    ticked, scale, _ = tick_problem(problem)
-    assert ticked.budget is not None and problem.total_time() * scale * max(ticked.budget) <= 2**61
-    result = solve(problem, time_limit_s=2, num_workers=1)
-    assert result.metrics.feasible and result.lower_bound <= result.objective
-    for schedule in generate_applicable(problem)[0]:
-        metrics = compute_metrics(simulate(problem, schedule))
-        if metrics.feasible:
-            assert result.objective <= metrics.makespan * (1 + 1e-9), schedule.name
+    # Nanoseconds beside bytes: even a tick of one byte is too fine, so memory counts in thousands of bytes.
+    nanoseconds = Problem.build(num_stages=4, num_microbatches=16, forward=123456.789, backward=234567.891,
+                                backward_weight=111111.123, comm=3000.5, activation=a, weight_activation=0.35 * a,
+                                budget=3 * a)
+    for problem in (seconds, nanoseconds):
+        ticked, scale, _ = tick_problem(problem)
+        assert ticked.budget is not None and problem.total_time() * scale * max(ticked.budget) <= 2**61
+        result = solve(problem, time_limit_s=2, num_workers=1)
+        assert result.metrics.feasible and result.lower_bound <= result.objective
+        for schedule in generate_applicable(problem)[0]:
+            metrics = compute_metrics(simulate(problem, schedule))
+            if metrics.feasible:
+                assert result.objective <= metrics.makespan * (1 + 1e-9), schedule.name
+    assert tick_problem(nanoseconds)[0].activation[0] == 2499904.0  # a thousand bytes a tick, rounded down
