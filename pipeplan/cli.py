@@ -226,12 +226,14 @@ def simulate_cmd(config: str, schedule_name: str | None, torch_csv: str | None, 
                                "of them as a file")
     cfg = load_config(_announced(config))
     if torch_csv is not None:
-        from pipeplan.torch_csv import read_torch_csv, read_torch_csv_stream
+        from pipeplan.reading import TORCH_CSV_BYTES, read_stdin
+        from pipeplan.torch_csv import from_torch_csv, read_torch_csv
 
-        # "-" as typed (./- is the file of that name)
-        from_stdin = _announced(torch_csv, "the torch CSV") == STDIN
-        schedule = (read_torch_csv_stream(cfg.problem, sys.stdin.buffer) if from_stdin
-                    else read_torch_csv(cfg.problem, Path(torch_csv)))
+        if _announced(torch_csv, "the torch CSV") == STDIN:  # "-" as typed (./- is the file of that name)
+            text = read_stdin("torch CSV on the standard input", TORCH_CSV_BYTES, keep_mark=True)
+            schedule = from_torch_csv(cfg.problem, text, name="stdin", source="the standard input")
+        else:
+            schedule = read_torch_csv(cfg.problem, Path(torch_csv))
         schedule_name = schedule.name
     else:
         assert schedule_name is not None
@@ -1259,7 +1261,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     stats = result.stats
     finished = not (stats.stopped or result.interrupted or (out is not None and not written))
     if fmt == "json":  # stdout is the JSON alone, for a pipe; what else the command says goes to stderr
-        click.echo(printed_json(_size_record(loaded.name, result, finished)))
+        click.echo(printed_json(_size_record(loaded.name, result, finished), nan_as_null=True))
         console = _Stderr()
     if not finished:
         if fmt != "json":
@@ -1293,26 +1295,15 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
 
 
 def _size_record(name: str, result: Any, finished: bool) -> dict[str, Any]:
-    """``size --format json``'s object: every row of the sweep (sweep.csv's columns, null where empty) and, once
-    the sweep finished, the best plan and the 1F1B and optimizer runs on its sizes (their numbers; the problem and
-    timeline records are left out)."""
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            return [plain(item) for item in value]
-        if isinstance(value, dict):
-            return {str(key): plain(item) for key, item in value.items()}
-        value = value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value  # numpy
-        if isinstance(value, float) and math.isnan(value):
-            return None
-        return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
+    """``size --format json``'s object (for :func:`printed_json` with NaN as null): every row of the sweep
+    (sweep.csv's columns) and, once the sweep finished, the best plan and the 1F1B and optimizer runs on its sizes
+    (their numbers; the problem and timeline records are left out)."""
 
     def numbers(record: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if record is None else {key: plain(value) for key, value in record.items()
+        return None if record is None else {key: value for key, value in record.items()
                                             if key not in ("problem", "timeline", "sized")}
 
-    rows = [{key: plain(value) for key, value in row.items()} for row in result.frame.to_dict("records")]
-    return {"name": name, "finished": finished, "rows": rows,
+    return {"name": name, "finished": finished, "rows": result.frame.to_dict("records"),
             "best": numbers(result.best) if finished else None,
             "baseline": numbers(result.baseline) if finished else None,
             "optimal": numbers(result.optimal) if finished else None}

@@ -7,6 +7,7 @@ what ``pipeplan solve`` shows: every named schedule beside the CP-SAT optimum, a
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from collections.abc import Sequence
@@ -88,11 +89,6 @@ _PLAN_KEYWORDS = {
 
 
 
-# plan()'s defaults of the fields split over a device's chunks.
-_SPLIT_DEFAULTS = {"forward": 1.0, "backward": 2.0, "backward_weight": 0.0, "activation": 1.0,
-                   "weight_activation": 0.0}
-
-
 def plan(
     num_stages: int,
     total_microbatches: int,
@@ -130,6 +126,10 @@ def plan(
     problems: list[Problem] = []  # every layout is built (and checked) before any is replayed
     split = {"forward": forward, "backward": backward, "backward_weight": backward_weight, "activation": activation,
              "weight_activation": weight_activation}  # a device's share, or one value per model stage
+    # As a config's fields: a keyword left at its default (plan's are Problem.build's) is not given.
+    defaults = inspect.signature(Problem.build).parameters
+    given = {key: value for key, value in split.items()
+             if not (isinstance(value, (int, float)) and value == defaults[key].default)}
     for chunks, where in layouts:
         try:
             with fields_named_as(_PLAN_KEYWORDS):
@@ -141,9 +141,6 @@ def plan(
             # A layout the caller did not ask for, e.g. 2 chunks on a pipeline too large to replay twice over.
             log.info("plan: skipping %d chunks in %s placement: %s", chunks, where, exc)
             continue
-        # As a config's fields: a keyword left at its default (the same as Problem.build's) is not given.
-        given = {key: value for key, value in split.items()
-                 if not (isinstance(value, (int, float)) and value == _SPLIT_DEFAULTS[key])}
         warn_mixed_forms(given, problems[-1], _PLAN_KEYWORDS)
     evaluated = [(problem, compute_metrics(simulate(problem, s)))
                  for problem in problems for s in candidate_schedules(problem)]

@@ -81,15 +81,23 @@ def read_source(path: str | os.PathLike[str], what: str, limit: int, larger: str
     standard input when ``path`` is the text ``"-"`` (a Path of that name is the file)."""
     if isinstance(path, str) and path == STDIN:
         named = f"the {what.removesuffix(' file')} on the standard input"
-        if sys.stdin is None:  # e.g. a GUI launcher: there is nothing to read
-            raise ConfigError(f"{named} cannot be read: this process has no standard input; give the file's path")
-        try:  # the bytes under a text stdin; a stand-in without them (a test's, an IDE's) as it reads
-            raw = getattr(sys.stdin, "buffer", sys.stdin).read(limit + 1)
-        except (OSError, ValueError) as exc:  # ValueError: a closed stdin
-            raise ConfigError(f"cannot read {named} ({getattr(exc, 'strerror', None) or exc}); give the file's "
-                              "path") from None
-        if isinstance(raw, str):
-            raw = raw.encode("utf-8")
-        return Source(decoded(raw, named, limit, larger), "stdin", Path.cwd(), named)
+        return Source(read_stdin(named, limit, larger), "stdin", Path.cwd(), named)
     file = Path(path)
     return Source(read_text(file, what, limit, larger=larger), file.stem, file.parent, f"the {what}")
+
+
+def read_stdin(named: str, limit: int, larger: str = "check that this is the right file",
+               keep_mark: bool = False) -> str:
+    """The standard input's text, read as :func:`read_text` reads a file; ``named`` names it in messages ("the
+    config on the standard input"). A missing or closed stdin is a :class:`ConfigError`, and a stand-in without
+    bytes underneath (a test's, an IDE's) is read as it reads."""
+    if sys.stdin is None:  # e.g. a GUI launcher: there is nothing to read
+        raise ConfigError(f"{named} cannot be read: this process has no standard input; give the file's path")
+    try:  # the bytes under a text stdin
+        raw = getattr(sys.stdin, "buffer", sys.stdin).read(limit + 1)
+    except (OSError, ValueError) as exc:  # ValueError: a closed stdin
+        raise ConfigError(f"cannot read {named} ({getattr(exc, 'strerror', None) or exc}); give the file's "
+                          "path") from None
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8")
+    return decoded(raw, named, limit, larger, keep_mark)

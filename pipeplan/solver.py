@@ -341,7 +341,8 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     schedule stays feasible there and its lower bounds stay valid; the real problem's replay decides
     feasibility and values either way.
     """
-    time_scale, exact_time = _scale_for(_all_times(problem), problem.total_time())
+    total_time = problem.total_time()
+    time_scale, exact_time = _scale_for(_all_times(problem), total_time)
     act = problem.activation
     wact = problem.weight_activation
     # A budget above what a device could ever hold (every microbatch on every chunk) constrains nothing.
@@ -349,7 +350,7 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
         min(b, problem.num_microbatches * problem.footprint(d)) for d, b in enumerate(problem.budget)
     )
     most = max(problem.num_microbatches * problem.footprint(d) for d in range(problem.num_devices))
-    time_ticks = max(1.0, problem.total_time() * time_scale)  # no makespan in ticks is longer
+    time_ticks = max(1.0, total_time * time_scale)  # no makespan in ticks is longer
     memory_ticks = min(_MAX_TICKS, _MAX_TICK_PRODUCT / time_ticks)
     memory_values = [*act, *wact, *(budget or ())]
     memory_scale: float

@@ -17,6 +17,7 @@ never overwritten.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -59,8 +60,10 @@ CREATE TABLE results (
     written REAL NOT NULL      -- when (Unix time)
 );
 """
-# The columns of the results table, as SCHEMA makes it.
-RESULT_COLUMNS = ("key", "kind", "label", "record", "problem", "orders", "error", "version", "written")
+# The columns of the results table, as _SCHEMA makes it (read from it once: one list to edit).
+with contextlib.closing(sqlite3.connect(":memory:")) as _schema:
+    _schema.executescript(_SCHEMA)
+    RESULT_COLUMNS = tuple(row[1] for row in _schema.execute("PRAGMA table_info(results)").fetchall())
 
 
 # The first 16 bytes of every SQLite database file.

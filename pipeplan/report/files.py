@@ -85,13 +85,18 @@ def summary_json(summary: dict[str, Any]) -> str:
     return printed_json(summary, exact=("config",))
 
 
-def printed_json(record: dict[str, Any], exact: tuple[str, ...] = ()) -> str:
+def printed_json(record: dict[str, Any], exact: tuple[str, ...] = (), nan_as_null: bool = False) -> str:
     """``record`` as indented JSON (``--format json``, summary.json), its floats at the twelve significant digits
     of the result CSVs (:data:`CSV_FLOAT_FORMAT`): 6.7, not the 6.699999999999999 of a sum of binary floats. The
-    top-level keys in ``exact`` are written as they are (a config, which saved as YAML reproduces the run)."""
+    top-level keys in ``exact`` are written as they are (a config, which saved as YAML reproduces the run). numpy
+    numbers (a pandas frame's) are written as numbers; with ``nan_as_null`` NaN, a frame's empty cell, is null."""
 
     def rounded(value: Any) -> Any:
+        if hasattr(value, "item") and not isinstance(value, (str, bytes, dict, list, tuple)):  # a numpy number
+            value = value.item()
         if isinstance(value, float):
+            if nan_as_null and math.isnan(value):
+                return None
             return float(CSV_FLOAT_FORMAT % value)  # inf and nan read back as themselves
         if isinstance(value, dict):
             return {key: rounded(item) for key, item in value.items()}

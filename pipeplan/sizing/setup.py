@@ -105,9 +105,9 @@ def constraint_violation(model: Model, hardware: Hardware, setup: Setup, even_sp
 SWITCHES = ("sequence_parallel", "flash_attention", "distributed_optimizer", "overlap_grad_sync")
 
 
-def check_switches(**switches: object) -> None:
-    """A :class:`ConfigError` naming the first of ``switches`` (keyword: value) that is not True or False: "no" or
-    None is not read as on or off."""
+def check_switches(prefix: str = "", **switches: object) -> None:
+    """A :class:`ConfigError` naming the first of ``switches`` (keyword: value, named with ``prefix``, e.g. a
+    study's "options.") that is not True or False: "no" or None is not read as on or off."""
     for name, value in switches.items():
         if not isinstance(value, bool):
-            raise ConfigError(f"{name} must be true or false, got {value!r}")
+            raise ConfigError(f"{prefix}{name} must be true or false, got {value!r}")

@@ -41,6 +41,7 @@ from pipeplan.config import load_yaml
 from pipeplan.problem import ConfigError, did_you_mean, expect
 from pipeplan.reading import SMALL_FILE_BYTES, read_source
 from pipeplan.sizing.records import is_file
+from pipeplan.sizing.setup import SWITCHES, check_switches
 
 if TYPE_CHECKING:
     from pipeplan.solver import StopRequest
@@ -49,7 +50,7 @@ _TOP_KEYS = ("name", "model", "hardware", "num_gpus", "global_batch_size", "seq_
              "optimizer", "processes")
 _REQUIRED = ("model", "hardware", "num_gpus", "global_batch_size", "seq_len")
 SEARCH_KEYS = ("tensor_parallel", "pipeline_parallel", "microbatch_size", "num_chunks", "recompute", "schedules")
-OPTION_KEYS = ("sequence_parallel", "flash_attention", "distributed_optimizer", "overlap_grad_sync", "balanced")
+OPTION_KEYS = (*SWITCHES, "balanced")
 OPTIMIZER_KEYS = ("time_limit_s", "top", "num_workers", "random_seed")
 
 
@@ -111,9 +112,7 @@ def study_from_dict(data: object, default_name: str = "study", base: Path | None
         if key in search:
             _whole(f"search.{key}", search[key])
     options = _mapping(data, "options", OPTION_KEYS)
-    for key, value in options.items():
-        if not isinstance(value, bool):
-            raise ConfigError(f"options.{key} must be true or false, got {value!r}")
+    check_switches("options.", **options)
     optimizer = _mapping(data, "optimizer", OPTIMIZER_KEYS)
     kwargs: dict[str, Any] = {
         "model": _relative(data["model"], base), "hardware": _relative(data["hardware"], base),
@@ -241,7 +240,7 @@ def run_study(study: Study, time_limit_s: float | None = None,
         return StudyResult(study, frame, {}, {}, {}, stats)
     best = best_row(frame)
     common: dict[str, Any] = {key: kwargs[key] for key in ("model", "hardware", "global_batch_size", "seq_len")}
-    for key in ("sequence_parallel", "flash_attention", "distributed_optimizer", "overlap_grad_sync", "balanced"):
+    for key in OPTION_KEYS:
         if key in kwargs:
             common[key] = kwargs[key]
     sizes: dict[str, Any] = {key: int(best[key]) for key in ("tensor_parallel", "pipeline_parallel",
