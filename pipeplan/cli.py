@@ -1123,7 +1123,8 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
             written = bool(rows) or not stop.requested  # stopped before any budget finished: nothing to write
             if written:
                 interrupts.finishing = ""  # a Ctrl-C now stops the write, and main says so
-                _write_frontier(out, place.force, rows, cfg, settings, no_png, place.add_store_copy)
+                _write_frontier(out, place.force, rows, cfg, settings, no_png, place.add_store_copy,
+                                not_run=_not_run(sweep, rows))
     else:
         _refuse_existing(out, force)
         _warn_refresh_without_store(refresh, None)
@@ -1131,13 +1132,13 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
                                               forced=show_progress) as progress:
             rows = frontier(cfg.problem, sweep, settings, progress=progress, stop=stop)
         written = True
-        _write_frontier(out, force, rows, cfg, settings, no_png)
+        _write_frontier(out, force, rows, cfg, settings, no_png, not_run=_not_run(sweep, rows))
     from pipeplan.report.tables import format_memory, frontier_tables
 
     console = _console()
     if fmt == "json":  # stdout is the JSON alone, for a pipe; what else the command says goes to stderr
         units = {"time": cfg.units.time, "memory": cfg.units.memory}
-        finished = set(sweep) <= {row.budget for row in rows}  # a Ctrl-C may have left budgets out
+        finished = not _not_run(sweep, rows)  # a Ctrl-C may have left budgets out
         click.echo(printed_json({"name": cfg.name, "objective": settings.objective, "units": units,
                                  "finished": finished, "rows": [row.to_dict() for row in rows]}))
         console = _Stderr()
@@ -1158,6 +1159,12 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     _exit_if_interrupted(stop, message)
 
 
+def _not_run(budgets: Sequence[float], rows: Sequence[Any]) -> list[float]:
+    """The budgets asked for that have no row (a Ctrl-C ended the sweep before them), in increasing order."""
+    reached = {row.budget for row in rows}
+    return [budget for budget in sorted(set(budgets)) if budget not in reached]
+
+
 def _stopped_in_process(budgets: Sequence[float], rows: Sequence[Any]) -> str:
     """What a Ctrl-C left of an in-process sweep: the budget it cut short (if it cut one short: the stop may
     come between two budgets) and the budgets never run."""
@@ -1167,7 +1174,7 @@ def _stopped_in_process(budgets: Sequence[float], rows: Sequence[Any]) -> str:
     if not rows:
         return _INTERRUPTED_SEARCH
     reached = {row.budget for row in rows}
-    left = [budget for budget in sorted(set(budgets)) if budget not in reached]
+    left = _not_run(budgets, rows)
     cut = [row.budget for row in rows if row.note == STOPPED_NOTE]
     done = (f"the sweep stopped at budget {format_memory(cut[0])} (its row is the best found by then)" if cut
             else f"the sweep stopped after budget {format_memory(max(reached))} had finished (every row above is "
@@ -1180,9 +1187,9 @@ def _stopped_in_process(budgets: Sequence[float], rows: Sequence[Any]) -> str:
 
 
 def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config, settings: SolverSettings,
-                    no_png: bool, extra: Callable[[Path], None] | None = None) -> None:
-    """Write DIR/frontier.csv, frontier.html (the chart and the table) and frontier.png (unless ``no_png``)
-    atomically."""
+                    no_png: bool, extra: Callable[[Path], None] | None = None, not_run: Sequence[float] = ()) -> None:
+    """Write DIR/frontier.csv, frontier.html (the chart and the table, with the budgets ``not_run`` an interrupted
+    sweep left out said above it) and frontier.png (unless ``no_png``) atomically."""
     if out is not None:
         from pipeplan.report.figures import frontier_figure, save
         from pipeplan.report.files import frontier_frame
@@ -1195,7 +1202,7 @@ def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config,
                                   memory_unit=cfg.units.memory)
             # The table under the chart: the page shows what the terminal did.
             save(fig, folder / "frontier", png=not no_png, self_contained=True,
-                 below=frontier_table(rows, settings.objective, cfg.units))
+                 below=frontier_table(rows, settings.objective, cfg.units, not_run))
             if extra is not None:
                 extra(folder)
 

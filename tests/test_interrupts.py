@@ -190,12 +190,16 @@ def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
     data = json.loads(captured.out)
     assert data["finished"] is False and {row["budget"] for row in data["rows"]} == {4.0}
     assert "0 of 5 results came from the store" in captured.err
+    # The page says which budgets are missing (the CSV just has no rows for them).
+    page = (out / "frontier.html").read_text(encoding="utf-8")
+    assert "Interrupted: 4 of the budgets asked for were not run (5, 6, 7, 8 slots)" in page
     monkeypatch.setattr(pipeplan.cli._TaskProgress, "__call__", original)
     assert main([*argv, "--force"]) == 0
     captured = capsys.readouterr()
     assert "1 of 5 results came from the store" in captured.out
     lines = (out / "frontier.csv").read_text(encoding="utf-8").splitlines()
     assert {float(line.split(",")[0]) for line in lines[1:]} == {4.0, 5.0, 6.0, 7.0, 8.0}
+    assert "were not run" not in (out / "frontier.html").read_text(encoding="utf-8")
 
 
 def test_ctrl_c_during_a_budgets_solve_in_process_leaves_that_budget_out_of_the_store(

@@ -129,10 +129,11 @@ def _comparison(summary: dict[str, Any], units: Units) -> str:
     return "".join(lines)
 
 
-def frontier_table(rows: Sequence[FrontierRow], objective: str, units: Units) -> str:
+def frontier_table(rows: Sequence[FrontierRow], objective: str, units: Units, not_run: Sequence[float] = ()) -> str:
     """A frontier sweep as an HTML table under its chart (``frontier.html``): one row per budget, each named
     schedule's objective (in parentheses over the budget, "-" where it does not apply), the optimizer's with its
-    bound, gap and status, and the budget's notes (why no schedule fits there), as the terminal prints it."""
+    bound, gap and status, and the budget's notes (why no schedule fits there), as the terminal prints it.
+    ``not_run``: budgets asked for that an interrupted sweep never ran, said above the table."""
     named, grid = frontier_grid(rows, lambda value: _num(value, 6))
     head = [f"budget ({units.memory})", *named, "optimal", "lower bound", "gap", "status", "note"]
     lines = ['<div class="scroll"><table class="frontier"><caption>'
@@ -148,9 +149,15 @@ def frontier_table(rows: Sequence[FrontierRow], objective: str, units: Units) ->
                                       for text, over in cells)
                      + f"<td>{html.escape(note)}</td></tr>")  # the note reads left to right
     lines.append("</table></div>")
+    if not_run:
+        shown = ", ".join(_num(budget) for budget in not_run)
+        lines.insert(0, f'<p class="not-run">Interrupted: {len(not_run)} of the budgets asked for were not run '
+                        f"({html.escape(shown)} {html.escape(units.memory)}); run the same command again to run "
+                        "them.</p>")
     style = ("<style>table.frontier { border-collapse: collapse; margin: 1em; font-family: sans-serif; } "
              "table.frontier td, table.frontier th { border: 1px solid #ccc; padding: 0.2em 0.6em; } "
-             "table.frontier td.num { text-align: right; } table.frontier caption { text-align: left; }</style>")
+             "table.frontier td.num { text-align: right; } table.frontier caption { text-align: left; } "
+             "p.not-run { margin: 1em; font-family: sans-serif; color: #a04000; }</style>")
     return style + "".join(lines)
 
 
