@@ -1243,7 +1243,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
       pipeplan size models/size-llama3.1-70b.yaml --out llama
       pipeplan size models/size-llama3.1-70b.yaml --ray auto --store sizing.sqlite
     """
-    from pipeplan.report.sizing import gain_sentence, per_gpu_count_table, top_table, write_size_folder
+    from pipeplan.report.sizing import gain_sentence, outside_ranking, per_gpu_count_table, top_table, write_size_folder
     from pipeplan.sizing.study import load_study, run_study
 
     loaded = load_study(_announced(study))
@@ -1286,6 +1286,9 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
             console.print(*per_gpu_count_table("the best configuration at each GPU count", result.frame,
                                                console.width))
         console.print(gain_sentence(result.gain_label, result.baseline, result.optimal), soft_wrap=True)
+        outside = outside_ranking(result)
+        if outside:
+            console.print(f"note: {outside}", style="yellow", soft_wrap=True)
     skipped = int(result.frame["skipped"].notna().sum())
     over = int((result.frame["skipped"].isna() & ~result.frame["fits"]).sum())
     rows_at = ("see sweep.csv" if out is not None else "each row's reason is in the JSON" if fmt == "json"

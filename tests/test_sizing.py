@@ -688,3 +688,34 @@ def test_an_optimizer_row_a_hair_faster_than_a_named_schedule_ranks_below_it() -
     from pipeplan.report.sizing import best_per_gpu_count
 
     assert best_per_gpu_count(ranked(frame))["schedule"].tolist() == ["zb-v", "optimal"]  # as the ranking says
+
+
+def test_an_optimizer_plan_faster_than_the_best_ranked_one_is_pointed_out() -> None:
+    # size's gain line measured the optimizer on the best plan's sizes with one chunk at 257,192 tokens/s, faster
+    # than the best plan it recommended (interleaved 1F1B on 2 chunks, 251,416), and said nothing of it: that
+    # configuration's optimizer run was not in the ranking.
+    import pandas as pd
+
+    from pipeplan.report.sizing import outside_ranking
+    from pipeplan.sizing.study import StudyResult, load_study
+
+    sizes = {"num_gpus": 8, "tensor_parallel": 1, "pipeline_parallel": 4, "data_parallel": 2, "microbatch_size": 1,
+             "recompute": "selective"}
+    best = {**sizes, "num_chunks": 2, "schedule": "interleaved-1f1b", "tokens_per_s": 251_416.0}
+    named = {**sizes, "num_chunks": 1, "schedule": "1f1b", "tokens_per_s": 240_000.0, "fits": True, "skipped": None}
+    frame = pd.DataFrame([{**best, "fits": True, "skipped": None}, named])
+    optimal = {"tokens_per_s": 257_192.0, "fits": True}
+    study = load_study(Path(__file__).resolve().parent.parent / "models" / "size-llama3.1-70b.yaml")
+    note = outside_ranking(StudyResult(study, frame, best, {}, optimal))
+    assert note == ("the optimizer on one chunk per device (257,192 tokens/s) is faster than the best plan above "
+                    "(interleaved-1f1b on 2 chunk(s) per device, 251,416 tokens/s): the sweep ran the optimizer only "
+                    "on its optimizer.top configurations, not on this one; raise optimizer.top to rank it")
+    # The sweep did run it there, and its time-limited search found less.
+    ran = pd.concat([frame, pd.DataFrame([{**named, "schedule": "optimal", "tokens_per_s": 250_000.0}])])
+    assert outside_ranking(StudyResult(study, ran, best, {}, optimal)).endswith(
+        "the sweep's own optimizer run there found 250,000 tokens/s within its time limit")
+    # Nothing to say within the ranking's near tie, when it does not fit, or when the best plan is that run.
+    assert outside_ranking(StudyResult(study, frame, best, {}, {**optimal, "tokens_per_s": 252_000.0})) == ""
+    assert outside_ranking(StudyResult(study, frame, best, {}, {**optimal, "fits": False})) == ""
+    same = {**best, "num_chunks": 1, "schedule": "optimal", "tokens_per_s": 257_192.0}
+    assert outside_ranking(StudyResult(study, frame, same, {}, optimal)) == ""

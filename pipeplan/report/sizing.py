@@ -127,6 +127,32 @@ def gain_sentence(label: str, baseline: dict[str, Any], optimal: dict[str, Any])
             f"{baseline['tokens_per_s']:,.0f} ({change}; optimizer {proof}{slower}){fit}")
 
 
+def outside_ranking(result: StudyResult) -> str:
+    """A sentence when the optimizer's run on the gain's configuration (the best plan's sizes on one chunk per
+    device) is faster than the best plan the ranking chose, by more than the ranking's near tie (that plan was
+    not ranked: the sweep runs the optimizer only on its ``optimizer.top`` configurations, or its own run there,
+    a time-limited search, found less); else ""."""
+    from pipeplan.sizing.estimate import OPTIMAL
+    from pipeplan.sizing.sweep import CANDIDATE, NEAR_TIE
+
+    best, optimal = result.best, result.optimal
+    if not (best and optimal and optimal["fits"]) or (best["schedule"] == OPTIMAL and int(best["num_chunks"]) == 1):
+        return ""
+    if optimal["tokens_per_s"] <= best["tokens_per_s"] * (1 + NEAR_TIE):
+        return ""
+    frame = result.frame
+    same = frame["schedule"] == OPTIMAL
+    for column in CANDIDATE:
+        same &= frame[column] == ({**best, "num_chunks": 1}[column])
+    ran = frame[same & frame["skipped"].isna()]
+    why = (f"the sweep's own optimizer run there found {float(ran['tokens_per_s'].max()):,.0f} tokens/s within its "
+           "time limit" if len(ran) else "the sweep ran the optimizer only on its optimizer.top configurations, "
+           "not on this one; raise optimizer.top to rank it")
+    return (f"the optimizer on one chunk per device ({optimal['tokens_per_s']:,.0f} tokens/s) is faster than the "
+            f"best plan above ({best['schedule']} on {int(best['num_chunks'])} chunk(s) per device, "
+            f"{best['tokens_per_s']:,.0f} tokens/s): {why}")
+
+
 def _figure(fig: go.Figure, div_id: str) -> str:
     fig.update_layout(autosize=True, margin={"l": 70, "r": 30, "t": 60, "b": 50})
     body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, default_width="100%",
@@ -269,8 +295,10 @@ def write_size_folder(out: Path, force: bool, result: StudyResult, top: int,
     settings["searched"] = ", ".join(f"{k}={kwargs[k]}" for k in ("tensor_parallel", "pipeline_parallel",
                                                                    "microbatch_size", "num_chunks", "recompute",
                                                                    "schedules") if k in kwargs)
+    gain = gain_sentence(result.gain_label, result.baseline, result.optimal)
+    outside = outside_ranking(result)
     page = build_report(result.study.name, frame, top, result.best["timeline"], headline,
-                        gain_sentence(result.gain_label, result.baseline, result.optimal), settings)
+                        f"{gain}. Note: {outside}." if outside else gain, settings)
 
     def fill(folder: Path) -> None:
         result.frame.to_csv(folder / "sweep.csv", index=False, float_format=CSV_FLOAT_FORMAT)
