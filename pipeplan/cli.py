@@ -1003,14 +1003,17 @@ class _SweepPlace:
 
 
 def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, written: Path | None = None,
-                  during: str = "") -> str:
+                  during: str = "", refresh: bool = False) -> str:
     """The message after a sweep that Ctrl-C stopped: how many of its ``what`` finished, and whether a rerun
     resumes it (``written``: the --out folder the finished ones were written to, which a rerun must replace;
-    ``during``: what the Ctrl-C stopped, when not the sweep's tasks)."""
+    ``during``: what the Ctrl-C stopped, when not the sweep's tasks; ``refresh``: the sweep ran with --refresh,
+    which the rerun must drop, or it would ignore the store and start over)."""
     if store_path is not None:
         also = "" if written is None else f", and written to {written}"
         kept = f" (kept in {store_path}{also})" if done else ""
         again = "again" if written is None else "with --force"
+        if refresh:
+            again += " and without --refresh" if written is not None else " without --refresh"
         after = f"{kept}; run the same command {again} to resume"
     else:
         after = "; none was stored (--out DIR or --store FILE keeps finished tasks for the next run)"
@@ -1154,7 +1157,8 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     message = _stopped_in_process(sweep, rows)
     if tasks:
         done = stats["reused"] + stats["ran"]
-        message = (stopped_sweep(done, stats["total"], "budgets", place.store_path, out if written else None)
+        message = (stopped_sweep(done, stats["total"], "budgets", place.store_path, out if written else None,
+                                 refresh=refresh)
                    if done < stats["total"] else _interrupted_late("every budget"))
     _exit_if_interrupted(stop, message)
 
@@ -1276,8 +1280,8 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
                                      top, console.width))
         place.summary(console, stats.total, stats.reused, stats.ran, stats.failures)
         during = " while the optimizer ran on the best configuration" if result.interrupted else ""
-        click.echo(f"pipeplan: {stopped_sweep(stats.done, stats.total, 'tasks', place.store_path, during=during)}",
-                   err=True)
+        message = stopped_sweep(stats.done, stats.total, "tasks", place.store_path, during=during, refresh=refresh)
+        click.echo(f"pipeplan: {message}", err=True)
         raise click.exceptions.Exit(INTERRUPTED)
     if fmt != "json":
         console.print(*top_table(f"{loaded.name}: top {top} configurations that fit", result.frame, top,

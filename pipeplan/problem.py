@@ -84,11 +84,18 @@ def renamed(text: str, names: Mapping[str, str]) -> str:
 
 
 def did_you_mean(word: object, choices: Iterable[str]) -> str:
-    """" (did you mean 'backward'?)" when ``word`` is a text close to one of ``choices`` (a typo), else ""."""
+    """" (did you mean 'backward'?)" when ``word`` is a text close to one of ``choices`` (a typo), else "".
+
+    Case is ignored ('1F1B' means '1f1b'). A word that begins exactly one choice is that choice shortened:
+    'H100' is 'h100-80gb', though by spelling it is closer to 'h200'. Several choices with that beginning ('a100')
+    and every other word fall back to the closest spelling.
+    """
     if not isinstance(word, str):
         return ""
-    by_lower = {choice.lower(): choice for choice in choices}  # '1F1B' is close to '1f1b'
-    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.75)
+    by_lower = {choice.lower(): choice for choice in choices}
+    lower = word.lower()
+    starting = [choice for choice in by_lower if lower and choice.startswith(lower)]
+    close = starting if len(starting) == 1 else difflib.get_close_matches(lower, list(by_lower), n=1, cutoff=0.75)
     return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
 
 

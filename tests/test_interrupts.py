@@ -202,6 +202,32 @@ def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
     assert "were not run" not in (out / "frontier.html").read_text(encoding="utf-8")
 
 
+def test_ctrl_c_in_a_refresh_sweep_says_to_resume_without_refresh(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path
+) -> None:
+    # --refresh ignores the store, so "run the same command with --force to resume" would start over: the hint
+    # says to drop --refresh, and that command reuses the budget the refresh run finished.
+    original = pipeplan.cli._TaskProgress.__call__
+    sent = {"done": False}
+
+    def report(self: Any, progress: Any) -> None:
+        if not sent["done"] and getattr(progress, "done", 0) == 1:
+            sent["done"] = True
+            os.kill(os.getpid(), signal.SIGINT)
+        original(self, progress)
+
+    monkeypatch.setattr(pipeplan.cli._TaskProgress, "__call__", report)
+    out = tmp_path / "frontier"
+    argv = frontier_in_process(config, "4:5:1", "1", out)
+    assert main([*argv, "--refresh", "--quiet"]) == INTERRUPTED
+    captured = capsys.readouterr()
+    assert (f"interrupted: 1 of 2 budgets finished (kept in {out / 'store.sqlite'}, and written to {out}); run the "
+            "same command with --force and without --refresh to resume") in captured.err
+    monkeypatch.setattr(pipeplan.cli._TaskProgress, "__call__", original)
+    assert main([*argv, "--force", "--quiet"]) == 0
+    assert "1 of 2 results came from the store" in capsys.readouterr().out
+
+
 def test_ctrl_c_during_a_budgets_solve_in_process_leaves_that_budget_out_of_the_store(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path
 ) -> None:

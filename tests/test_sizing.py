@@ -104,6 +104,10 @@ BAD_RECORDS: list[tuple[str, Any, str]] = [
     ("model", {**SMALL, "num_kv_heads": 3}, "must be a multiple of model.num_kv_heads (3)"),
     ("model", "missing-model.yaml", "model file 'missing-model.yaml' does not exist"),
     ("hardware", "tpu-v5", "unknown hardware preset 'tpu-v5'; valid presets: a100-40gb, a100-80gb, h100-80gb"),
+    # The start of one preset's name is that preset (by spelling 'H100' is closer to 'h200').
+    ("hardware", "H100", "unknown hardware preset 'H100' (did you mean 'h100-80gb'?); valid presets"),
+    ("hardware", "a100", "unknown hardware preset 'a100'; valid presets"),  # the start of two: no guess
+    ("model", "GPT3", "unknown model preset 'GPT3' (did you mean 'gpt3-175b'?); valid presets"),
     ("hardware", {"preset": "h100-80gb", "peak_tflops": -1}, "hardware.peak_tflops must be > 0, got -1"),
     ("hardware", {"preset": "h100-80gb", "matmul_efficiency": 1.5}, "hardware.matmul_efficiency is a fraction"),
     ("hardware", {"peak_tflops": 100}, "hardware.memory_gib is missing"),
@@ -210,6 +214,30 @@ def test_layer_activation_bytes_match_korthikanti() -> None:
     assert selective.weight_activation == tokens * 32 * h / t
 
 
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_what_w_keeps_after_b_by_hand(sequence_parallel: bool) -> None:
+    """W needs each weight matmul's input and output gradient, 2 bytes a value. With t = 4 and no sequence
+    parallelism the column-parallel matmuls' inputs and the row-parallel ones' output gradients are whole on
+    every rank; with it, all are split. A GPT layer keeps 8 h + 24 h / t bytes a token without sequence
+    parallelism (the replicated inputs were counted as split: 32 h / t either way) and 32 h / t with it; the
+    grouped-query, gated TINY layer is counted matmul by matmul."""
+    t = 4
+    kept = 1 if sequence_parallel else t  # the share of a rank of a tensor sequence parallelism splits
+    setup = small_setup(tensor_parallel=t, sequence_parallel=sequence_parallel, recompute="selective")
+    tokens, h = 32, 64
+    gpt = memory.layer_memory(load_model(SMALL), setup)
+    assert gpt.weight_activation == tokens * (32 * h / t if sequence_parallel else 8 * h + 24 * h / t)
+    h, kv, f = 256, 128, 1024  # TINY: 4 KV heads of 32, gated MLP
+    matmuls = {  # (input, output gradient) values a token on one rank
+        "qkv": (h * kept / t, (h + 2 * kv) / t),
+        "attention output": (h / t, h * kept / t),
+        "mlp gate and up": (h * kept / t, 2 * f / t),
+        "mlp down": (f / t, h * kept / t),
+    }
+    by_hand = tokens * 2 * sum(x + grad for x, grad in matmuls.values())
+    assert memory.layer_memory(load_model(TINY), setup).weight_activation == by_hand
+
+
 def test_backward_workspace_by_hand() -> None:
     """Bytes one layer's backward needs beyond the held activations, once per GPU: b = 2, s = 16, a = 4, t = 2
     (32 tokens, a s / t = 32 scores per token)."""
@@ -240,6 +268,24 @@ def test_budget_is_capacity_minus_reserve_static_and_workspace() -> None:
     assert sized.budget_bytes[0] == expected
     assert sized.problem.budget is not None
     assert sized.problem.budget[0] == math.floor(expected)
+
+
+def test_a_tied_embedding_is_held_once_where_the_first_and_last_stage_share_a_gpu() -> None:
+    """Llama 3.1 8B with a tied head on P = 2, two chunks: in V placement device 0 holds the first and the last
+    model stage, so one copy of the 525M-parameter matrix (8.8 GiB at 18 bytes) less than untied, and the
+    devices together hold the model's parameters once; in loop placement the last stage is on device 1, which
+    keeps its own copy, as Megatron-LM does."""
+    hardware = load_hardware("h200")
+    setup = Setup(1, 2, 1, 1, 16, 4096, num_chunks=2, distributed_optimizer=False)
+    tied, untied = (load_model({"preset": "llama3.1-8b", "tied_embeddings": flag}) for flag in (True, False))
+    matrix = tied.embedding_params * 18
+    v_tied, v_untied = (build_problem(m, hardware, setup, True, "v").static_bytes for m in (tied, untied))
+    assert v_tied[0] == v_untied[0] - matrix and v_tied[1] == v_untied[1]
+    assert sum(v_tied) / 18 == tied.num_params == pytest.approx(7.50e9, rel=1e-3)
+    assert v_tied[0] / GIB == pytest.approx(67.31, abs=0.01)
+    loop_tied, loop_untied = (build_problem(m, hardware, setup, True, "loop").static_bytes for m in (tied, untied))
+    assert loop_tied == loop_untied
+    assert sum(loop_tied) / 18 == tied.num_params + tied.embedding_params
 
 
 # --------------------------------------------------------------------------- the problem and schedules
@@ -530,6 +576,30 @@ def test_a_search_space_without_a_valid_combination_names_each_constraint() -> N
                        r"v1 selective: 8 layers not divisible by 3 model stages"):
         require_fitting(uneven)
     assert "8 GPUs tp3 pp1 mbs1 v1 selective: 8 GPUs not divisible by tensor parallel 3" in message
+
+
+def test_out_of_memory_says_how_far_over_and_suggests_full_recompute_only_when_not_searched() -> None:
+    """Llama 3.1 70B on one A100 40GB: its static state alone is 147.8 GiB against the 37 GiB the GPU has after
+    its 3 GiB reserve. The note said it "leaves 0.0 GiB"; and the advice named full recompute to a search that
+    had already tried it."""
+    kwargs: dict[str, Any] = {"model": "llama3.1-70b", "hardware": "a100-40gb", "num_gpus": 8,
+                              "global_batch_size": 8, "seq_len": 4096, "tensor_parallel": 8, "pipeline_parallel": 1}
+    with pytest.raises(ConfigError) as caught:
+        require_fitting(sweep(**kwargs, recompute=["selective", "full"]))
+    message = str(caught.value)
+    assert ("to fit, try more GPUs, a larger pipeline_parallel or tensor_parallel (less memory per GPU) or a GPU "
+            "with more memory. Per candidate: ") in message
+    over = re.search(r"selective: out of memory on pipeline device 0: static (\d+\.\d) GiB is (\d+\.\d) GiB more than "
+                     r"the GPU holds after its reserve and the backward workspace, with nothing left for activations, "
+                     r"one microbatch needs \d+\.\d GiB", message)
+    assert over is not None, message
+    assert float(over[1]) == pytest.approx(147.8) and float(over[2]) == pytest.approx(110.8)  # 147.8 - 37 - workspace
+    # Room left, but too little (half a microbatch): the note says how much.
+    model, setup = load_model("llama3.1-8b"), Setup(1, 2, 1, 1, 8, 4096)
+    sized = build_problem(model, load_hardware(tight_hardware(model, setup, 0.5)), setup, split_backward=False)
+    assert not sized.fits_one_microbatch
+    assert sized.note == ("out of memory on pipeline device 0: static 67.3 GiB leaves 5.5 GiB for activations, one "
+                          "microbatch needs 9.0 GiB")
 
 
 def test_sweep_rejects_bad_lists() -> None:

@@ -83,6 +83,19 @@ def test_size_prints_the_top_table_and_the_gain_and_writes_the_folder(capsys: py
     assert code == 0, stderr
 
 
+def test_best_yaml_carries_the_time_limit_the_run_used(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--time-limit overrides the study's optimizer.time_limit_s for the run, and so in best.yaml (it had the
+    study's, or the default 10, whatever limit the optimizer ran with)."""
+    small = {**GOOD, "num_gpus": 8, "search": {**GOOD["search"], "tensor_parallel": 1, "pipeline_parallel": 2,
+                                               "num_chunks": 1, "schedules": ["1f1b"]}}
+    for name, data in (("given", small), ("default", {**small, "optimizer": {"num_workers": 1}})):
+        out = tmp_path / name
+        code, _, stderr = run(capsys, "size", write_study(tmp_path, data, f"{name}.yaml"), "--out", str(out),
+                              "--time-limit", "0.5", "--quiet")
+        assert code == 0, stderr
+        assert load_config(out / "best.yaml").solver.time_limit_s == 0.5
+
+
 def test_size_json_is_every_row_and_the_best_plan_on_stdout_alone(capsys: pytest.CaptureFixture[str],
                                                                    tmp_path: Path) -> None:
     """--format json: sweep.csv's rows (null where a cell is empty), the best plan and the 1F1B and optimizer runs
@@ -144,7 +157,7 @@ BAD_STUDIES: list[tuple[str, Any, str]] = [
     ("unknown-schedule", {**GOOD, "search": {**GOOD["search"], "schedules": ["1f1b", "zb-x"]}},
      "unknown schedule 'zb-x' (did you mean 'zb-v'?); valid names: gpipe, 1f1b"),
     ("bad-recompute", {**GOOD, "search": {**GOOD["search"], "recompute": ["most"]}},
-     "recompute must be one of none, selective, full, got 'most'"),
+     "search.recompute must be one of none, selective, full or a list of them, got 'most'"),
     ("bad-option", {**GOOD, "options": {"sequence_parallel": "yes"}},
      "options.sequence_parallel must be true or false, got 'yes'"),
     ("no-valid-combination", {**GOOD, "num_gpus": 6, "search": {"tensor_parallel": [3, 16], "pipeline_parallel": [2]}},
@@ -244,6 +257,25 @@ def test_a_ctrl_c_during_an_optimizer_task_in_process_stops_it_and_leaves_it_out
     assert frame.loc[frame["schedule"] == "optimal", "skipped"].isna().any()  # the optimizer's row ran this time
 
 
+def test_a_ctrl_c_in_a_refresh_sweep_says_to_resume_without_refresh(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--refresh ignores the store, so the same command again would start over: the hint after a Ctrl-C says to
+    run it without --refresh, which reuses every task the refresh run finished."""
+    search = {**GOOD["search"], "schedules": ["1f1b", "optimal"]}
+    study = write_study(tmp_path, {**GOOD, "search": search, "optimizer": {**GOOD["optimizer"], "time_limit_s": 30}})
+    store = tmp_path / "s.sqlite"
+    ctrl_c_in_the_first_solve(monkeypatch)
+    code, stdout, stderr = run(capsys, "size", study, "--store", str(store), "--refresh", "--jobs", "1", "--quiet")
+    assert code == 130, stderr
+    finished = re.search(r"interrupted: (\d+) of (\d+) tasks finished \(kept in (.*)\); run the same command again "
+                         r"without --refresh to resume", stderr)
+    assert finished is not None and finished[3] == str(store), stderr
+    monkeypatch.undo()
+    code, stdout, stderr = run(capsys, "size", study, "--store", str(store), "--jobs", "1", "--quiet")
+    assert code == 0, stderr
+    assert f"{finished[1]} of {finished[2]} results came from the store" in stdout
+
+
 @pytest.mark.parametrize("with_out", [True, False], ids=["out", "no-out-no-store"])
 def test_a_ctrl_c_while_the_optimizer_runs_on_the_best_configuration_stops_it(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_out: bool) -> None:
@@ -329,9 +361,12 @@ def test_the_shipped_study_example_loads() -> None:
     ({"hardware": {"preset": "h100-80gb", "mem": 40}}, "unknown hardware field 'mem'"),
     ({"search": {"schedules": ["1f1b", "zzz"]}}, "unknown schedule 'zzz'"),
     ({"model": "gone.yaml"}, "model file"),
-], ids=["hardware-field", "schedule", "model-file"])
+    ({"search": {"recompute": "partial"}}, "search.recompute must be one of none, selective, full or a list of them, "
+                                           "got 'partial'"),
+], ids=["hardware-field", "schedule", "model-file", "recompute"])
 def test_load_study_checks_the_names_it_will_use(tmp_path: Path, change: dict[str, Any], message: str) -> None:
-    """A typo in the hardware, a schedule or a model file used to load and fail only when the study ran."""
+    """A typo in the hardware, a schedule, a model file or a recompute mode used to load and fail only when the
+    study ran (the recompute mode then named without its "search." prefix)."""
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_study(write_study(tmp_path, {**GOOD, **change}))
 

@@ -268,7 +268,8 @@ def best_config_text(result: StudyResult) -> str:
     name = f"{result.study.name}: {candidate_label(best)} {best['schedule']}"
     chosen = {key: result.study.sweep_kwargs[key] for key in ("num_workers", "random_seed")
               if result.study.sweep_kwargs.get(key) is not None}
-    settings = SolverSettings(time_limit_s=result.study.time_limit_s, **chosen)  # the study's optimizer settings
+    # The optimizer settings the run used (the study's, with --time-limit's limit when given).
+    settings = SolverSettings(time_limit_s=result.study.time_limit_s, **chosen)
     record = config_record(name, problem, settings, Units(time="s", memory="GiB"))
     memory = record["memory"]
     for key in ("activation", "weight_activation", "budget"):

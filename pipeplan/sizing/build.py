@@ -197,7 +197,8 @@ def build_problem(
     params = [0.0] * setup.pipeline_parallel
     last_backward = [0.0] * setup.pipeline_parallel
     for s, count in enumerate(split):
-        params[devices[s]] += memory.stage_params(model, setup, count, s == 0, s == stages - 1)
+        params[devices[s]] += memory.stage_params(model, setup, count, s == 0, s == stages - 1,
+                                                  first_on_same_gpu=devices[s] == devices[0])
         last_backward[devices[s]] += times[s].backward + times[s].weight
     static = [p * per_param for p in params]
     workspace = [mem.workspace] * setup.pipeline_parallel
@@ -207,9 +208,13 @@ def build_problem(
     note = ""
     if short:
         d = short[0]
-        note = (f"out of memory on pipeline device {d}: static {static[d] / 2**30:.1f} GiB leaves "
-                f"{max(0.0, budget[d]) / 2**30:.1f} GiB for activations, one microbatch needs "
-                f"{need[d] / 2**30:.1f} GiB")
+        if budget[d] >= 0:
+            left = f"leaves {budget[d] / 2**30:.1f} GiB for activations"
+        else:  # "leaves 0.0 GiB" hid how far the state alone is from fitting
+            left = (f"is {-budget[d] / 2**30:.1f} GiB more than the GPU holds after its reserve and the backward "
+                    "workspace, with nothing left for activations")
+        note = (f"out of memory on pipeline device {d}: static {static[d] / 2**30:.1f} GiB {left}, one microbatch "
+                f"needs {need[d] / 2**30:.1f} GiB")
     final = Problem.build(
         num_stages=setup.pipeline_parallel, num_microbatches=setup.num_microbatches, forward=forward,
         backward=backward, backward_weight=weight, comm=comm, activation=[float(math.ceil(a)) for a in activation],

@@ -24,7 +24,9 @@ The one place where shapes become bytes.
   The forward's raw scores, freed after the softmax, are the same size at the other end of the layer.
   Counted as workspace; a fused kernel keeps none of it.
 - Split backward (Zero Bubble, Qi et al. 2024): after B, W still needs the weight matrix multiplies' inputs and
-  output gradients (32 h bytes per token for a GPT layer): ``weight_activation``.
+  output gradients (32 h bytes per token for a GPT layer): ``weight_activation``. Tensor parallelism splits
+  all but the QKV and MLP-up inputs and the row-parallel matmuls' output gradients (8 h); sequence
+  parallelism splits those too, as it does the activations above.
 - First stage: the embedding's dropout mask; last stage: the final layernorm, the head's gathered input and the
   fp32 logits the cross-entropy keeps for its backward (4 V / t bytes per token, large with 128k vocabularies).
 """
@@ -76,7 +78,7 @@ def _full_layer_bytes_per_token(model: Model, setup: Setup) -> float:
 
 def layer_memory(model: Model, setup: Setup) -> LayerMemory:
     """Activation, weight-gradient share and workspace of one layer per microbatch, bytes per GPU."""
-    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    h = model.hidden_size
     t = setup.tensor_parallel
     tokens = setup.tokens_per_microbatch
     full = tokens * _full_layer_bytes_per_token(model, setup)
@@ -87,11 +89,36 @@ def layer_memory(model: Model, setup: Setup) -> LayerMemory:
         activation = full - tokens * scores
     else:
         activation = tokens * ACT_BYTES * h / (t if setup.sequence_parallel else 1)
+    return LayerMemory(activation, min(activation, tokens * _weight_bytes_per_token(model, setup)),
+                       _workspace(model, setup, full))
+
+
+def _weight_bytes_per_token(model: Model, setup: Setup) -> float:
+    """Bytes per token one layer's W still needs after B: each weight matrix multiply's input and output
+    gradient (its weight gradient is input^T x output gradient).
+
+    A column-parallel matmul (QKV, MLP up) splits its output over the tensor-parallel group, so its output
+    gradient is split; its input (a layernorm's output) is whole on every rank. A row-parallel one (output
+    projection, MLP down) takes a split input and all-reduces its output, so its output gradient is whole on
+    every rank. Sequence parallelism keeps each of those whole tensors split over the sequence (the layernorm's
+    output; the gradient that arrives at the reduce-scatter) and all-gathers it where a matmul needs it whole;
+    Megatron-LM gathers the input again for the weight gradient, so W keeps the split tensor and all are split
+    by t:
+
+    - split: QKV and MLP-up output gradients (h + 2 kv, and ffn or 2 ffn gated), output projection and MLP-down
+      inputs (h, ffn);
+    - whole unless sequence parallel: QKV and MLP-up inputs, output projection and MLP-down output gradients
+      (h each).
+
+    For a GPT layer (kv = h, ffn = 4 h) that is 2 x (4 h + 12 h) bytes: 32 h / t with sequence parallelism (the
+    Zero Bubble accounting), 8 h + 24 h / t without it.
+    """
+    h, kv, f = model.hidden_size, model.kv_hidden_size, model.ffn_hidden_size
+    t = setup.tensor_parallel
     mlp_hidden = 2 * f if model.gated_mlp else f
-    inputs = ACT_BYTES * (h + h + h + f)  # QKV, output projection, MLP up and down inputs
-    grads = ACT_BYTES * ((h + 2 * kv) + h + mlp_hidden + h)  # gradients of those four outputs
-    weight_activation = min(activation, tokens * (inputs + grads) / t)
-    return LayerMemory(activation, weight_activation, _workspace(model, setup, full))
+    whole = ACT_BYTES * 4 * h
+    split = ACT_BYTES * ((h + 2 * kv) + mlp_hidden + h + f)
+    return (whole / t if setup.sequence_parallel else whole) + split / t
 
 
 def _workspace(model: Model, setup: Setup, full: float) -> float:
@@ -123,12 +150,19 @@ def head_activation(model: Model, setup: Setup) -> float:
     return tokens * (norm + head_input + logits)
 
 
-def stage_params(model: Model, setup: Setup, num_layers: int, first: bool, last: bool) -> float:
-    """Parameters one GPU holds for a model stage of ``num_layers`` layers (the embedding on the first stage,
-    the LM head on the last; a tied head is a second copy when first and last stages are different GPUs)."""
+def stage_params(model: Model, setup: Setup, num_layers: int, first: bool, last: bool,
+                 first_on_same_gpu: bool = False) -> float:
+    """Parameters one GPU holds for a model stage of ``num_layers`` layers: the embedding on the first stage,
+    the LM head on the last.
+
+    A tied head shares the embedding's matrix, so it is held once where the first stage sits on the same GPU
+    as the last (``first`` for a single stage; ``first_on_same_gpu`` for V placement, whose device 0 holds
+    both the first and the last model stage) and adds nothing there. On a different GPU it is a second copy
+    of the matrix, kept equal by an all-reduce of the two gradients, as Megatron-LM does.
+    """
     params = num_layers * model.layer_params
     if first:
         params += model.embedding_params
-    if last and not (first and model.tied_embeddings):
+    if last and not (model.tied_embeddings and (first or first_on_same_gpu)):
         params += model.head_params if not model.tied_embeddings else model.embedding_params
     return params / setup.tensor_parallel

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +41,7 @@ from pipeplan.config import load_yaml
 from pipeplan.problem import ConfigError, did_you_mean, expect
 from pipeplan.reading import SMALL_FILE_BYTES, read_source
 from pipeplan.sizing.records import is_file
-from pipeplan.sizing.setup import SWITCHES, check_switches
+from pipeplan.sizing.setup import RECOMPUTE_MODES, SWITCHES, check_switches
 
 if TYPE_CHECKING:
     from pipeplan.solver import StopRequest
@@ -87,6 +87,18 @@ def _whole(name: str, value: object, allow_list: bool = True) -> None:
                               f"got {item!r}")
 
 
+def _recompute_modes(value: object) -> None:
+    """search.recompute: a mode or a list of them, named as a study names it (the sweep's own check says
+    "recompute", its keyword)."""
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise ConfigError("search.recompute is an empty list; give at least one value")
+    for mode in values:
+        if mode not in RECOMPUTE_MODES:
+            raise ConfigError(f"search.recompute must be one of {', '.join(RECOMPUTE_MODES)} or a list of them, got "
+                              f"{mode!r}{did_you_mean(mode, RECOMPUTE_MODES)}")
+
+
 def study_from_dict(data: object, default_name: str = "study", base: Path | None = None) -> Study:
     """Validate a parsed study file (its top-level mapping) and return the :class:`Study`.
 
@@ -111,6 +123,8 @@ def study_from_dict(data: object, default_name: str = "study", base: Path | None
     for key in ("tensor_parallel", "pipeline_parallel", "microbatch_size", "num_chunks"):
         if key in search:
             _whole(f"search.{key}", search[key])
+    if "recompute" in search:
+        _recompute_modes(search["recompute"])
     options = _mapping(data, "options", OPTION_KEYS)
     check_switches("options.", **options)
     optimizer = _mapping(data, "optimizer", OPTIMIZER_KEYS)
@@ -190,6 +204,7 @@ class StudyResult:
     plan's parallel sizes with one chunk per device."""
 
     study: Study
+    """The study as run: its ``time_limit_s`` is the one the optimizer used (run_study's, when given)."""
     frame: Any
     """The sweep's pandas DataFrame (see :data:`~pipeplan.sizing.sweep.COLUMNS`)."""
     best: dict[str, Any]
@@ -231,9 +246,9 @@ def run_study(study: Study, time_limit_s: float | None = None,
     from pipeplan.sizing.sweep import best_row, sweep_with_stats
 
     expect("study", study, Study, "a Study (load_study(path))")
+    if time_limit_s is not None:  # the result's study is the one run, so best.yaml carries this limit
+        study = replace(study, sweep_kwargs={**study.sweep_kwargs, "time_limit_s": time_limit_s})
     kwargs = dict(study.sweep_kwargs)
-    if time_limit_s is not None:
-        kwargs["time_limit_s"] = time_limit_s
     kwargs.update(sweep_options)
     frame, stats = sweep_with_stats(**kwargs, progress=progress)
     if stats.stopped:

@@ -477,8 +477,10 @@ def require_fitting(frame: pd.DataFrame) -> None:
     what = "runs within memory" if bool(frame["skipped"].isna().any()) else "can run"
     fixes = []
     if any("out of memory" in reason for reason in reasons):
-        fixes.append("more GPUs, a larger pipeline_parallel or tensor_parallel (less memory per GPU), recompute: full "
-                     "or a GPU with more memory")
+        # Full recompute is no advice to a search that already tried it.
+        full = [] if bool((frame["recompute"] == "full").any()) else ["recompute: full"]
+        ways = ["more GPUs", "a larger pipeline_parallel or tensor_parallel (less memory per GPU)", *full]
+        fixes.append(f"{', '.join(ways)} or a GPU with more memory")
     if any("not divisible by" in reason and "model stages" in reason for reason in reasons):
         fixes.append("options.balanced: true (balanced=True in Python) for layers that do not divide evenly")
     fix = f"; to fit, try {'; or '.join(fixes)}" if fixes else ""
