@@ -1,16 +1,17 @@
-"""The three relaxation bounds (the window bound, the device relaxation, the fluid bound) against optima that
-CP-SAT proves without them on small random problems with unequal costs.
+"""The relaxation bounds (the window bound, the device relaxation, the fluid bound, the collision bound) against
+optima that CP-SAT proves without them on small random problems with unequal costs.
 
 The optimum is proven once per example on the solver's model, which knows the closed-form bounds but none of
-these three (see ``exhaustive.proven_optimum``), and every one of the three bounds must be at most it. Each
+these (see ``exhaustive.proven_optimum``), and every one of the bounds must be at most it. Each
 bound's own file tests it against every feasible order of tiny problems and against every warm start of larger
-ones; this file holds the check against proven optima, so that the costly proof serves all three."""
+ones; this file holds the check against proven optima, so that the costly proof serves all of them."""
 
 from __future__ import annotations
 
 from exhaustive import OBJECTIVES, examples, proven_optimum, small_problems
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_collision_bound import collision
 from test_device_bound import _bound as device_relaxation_bound
 from test_fluid_bound import _bound as fluid_bound
 from test_spacing import _window_bound
@@ -29,3 +30,5 @@ def test_no_relaxation_bound_exceeds_an_optimum_proven_without_it(problem: Probl
     assert _window_bound(problem) <= optimum + EPS, "window bound"
     assert device_relaxation_bound(problem, objective) <= optimum + EPS, "device relaxation"
     assert fluid_bound(problem, objective, optimum) <= optimum + EPS, "fluid bound"
+    if objective == "makespan":
+        assert collision(problem) <= optimum + EPS, "collision bound"
