@@ -657,11 +657,12 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
             console.print(note, style="dim", soft_wrap=True)
         for line in skipped_lines(comparison.skipped):
             console.print(line, style="dim", soft_wrap=True)
+        within = " within the budget" if cfg.problem.budget is not None else ""  # none: no budget to name
         for row in comparison.other_layouts:
             console.print(
                 f"other layout: {row['schedule']} with num_chunks: {row['num_chunks']}, placement: "
-                f"{row['placement']} reaches {opt.objective_name} {row[opt.objective_name]:g} {cfg.units.time} "
-                "within the budget; set them under pipeline: to optimize that layout", soft_wrap=True)
+                f"{row['placement']} reaches {opt.objective_name} {row[opt.objective_name]:g} {cfg.units.time}"
+                f"{within}; set them under pipeline: to optimize that layout", soft_wrap=True)
         if out is not None:
             console.print(f"wrote {out}/{_SOLVE_FILES}")
         _exit_if_interrupted(stop, message)
@@ -866,6 +867,15 @@ class _TaskProgress:
             self.lines.offer(lambda: self._line(report))
 
 
+def _check_store_folder(path: Path) -> None:
+    """Refuse a --store FILE whose folder does not exist: only --out creates missing folders (a mistyped --store
+    path silently made a tree of them, and the next run, typed right, started over). A folder under a file is
+    left to :class:`~pipeplan.store.Store`, which names that file."""
+    folder = path.parent
+    if not folder.exists() and not any(parent.is_file() for parent in folder.parents):
+        raise ConfigError(f"folder {str(folder)!r} of --store does not exist; create it or choose another path")
+
+
 class _SweepPlace:
     """Where a sweep runs and keeps its results: the executor (entered) and the store (opened), from the flags.
 
@@ -885,6 +895,8 @@ class _SweepPlace:
                                   f"replaces; omit --store to keep the store there as {STORE_NAME}, or put it "
                                   "outside the folder")
             store_path = None  # --out's own store, named: kept as it is without --store (it was deleted)
+        if store_path is not None:
+            _check_store_folder(store_path)
         self.asked_force = force  # --force itself; self.force also lets the run replace its own unfinished folder
         self._settle(out)
         self.in_out = store_path is None and out is not None

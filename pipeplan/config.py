@@ -250,6 +250,35 @@ def warn_mixed_forms(kwargs: dict[str, Any], problem: Problem, names: Mapping[st
                     "are" if len(shares) > 1 else "is", chunks, 1.0 / chunks)
 
 
+def warn_unused_comm(comm: object, problem: Problem) -> None:
+    """Warn about each nonzero value of a per-model-stage ``costs.comm`` list that no transfer uses: ``comm[s]`` is
+    the latency of the link after model stage s, and there is none after the last stage, nor at V placement's turn
+    (its two middle stages are on one device), so a value there has no effect, and a list such as ``[0.1, 0.2,
+    0.3, 0.4]`` on four devices may have been meant for other links. Only said: the values stay. A list whose
+    nonzero values are all alike is one latency written out and is not warned about: the config record of a run
+    with chunks writes a single number so, and sizing's best.yaml its one latency with 0 after the last stage. A
+    per-device list with chunks serves the links after each chunk of its device, some of which cross devices."""
+    value = plain_values("costs.comm", comm)
+    if not isinstance(value, (list, tuple)) or len(value) != problem.num_model_stages:
+        return
+    if len({float(v) for v in value if float(v) != 0}) <= 1:  # Problem.build has checked they are numbers
+        return
+    last = problem.num_model_stages - 1
+    for stage, latency in enumerate(value):
+        if float(latency) == 0:
+            continue
+        if stage == last:
+            why = f"model stage {stage} is the last, with no link after it"
+        elif problem.device_of(stage) == problem.device_of(stage + 1):
+            turn = " (the turn of the V placement)" if problem.placement == "v" else ""
+            why = (f"model stages {stage} and {stage + 1} are both on device {problem.device_of(stage)}{turn}, and "
+                   "a latency applies only between devices")
+        else:
+            continue
+        log.warning("costs.comm[%d] is %g but is not used: %s (comm[s] is the link from model stage s to s + 1); "
+                    "set it to 0, or move it to the link it was meant for", stage, latency, why)
+
+
 def _section(data: dict[str, Any], name: str, keys: tuple[str, ...] | list[str]) -> dict[str, Any]:
     value = data.get(name, {})
     if value is None:
@@ -306,6 +335,7 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
             raise ConfigError(f"pipeline.{key} is missing; add it under 'pipeline:' (a whole number >= 1)")
     problem = Problem.build(**kwargs)
     warn_mixed_forms(kwargs, problem)
+    warn_unused_comm(kwargs.get("comm", 0.0), problem)
     solver = SolverSettings(**_section(data, "solver", [f for f in SolverSettings.__dataclass_fields__]))
     units_raw = _section(data, "units", ["time", "memory"])
     for key, value in units_raw.items():

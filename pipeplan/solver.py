@@ -367,11 +367,6 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
         memory_scale = 10.0 ** math.floor(math.log10(memory_ticks / most))
         exact_memory = all(_is_whole(v * memory_scale) for v in memory_values)
     exact = exact_time and exact_memory
-    if not exact:
-        log.warning("costs or memory are not whole ticks (the solver resolves about a millionth of the largest "
-                    "value): CP-SAT works on a rounded relaxation of them, the answer is replayed exactly, and its "
-                    "bound may stop short of the optimum by that rounding; fewer digits in the config's values "
-                    "avoid it")
 
     def down(values: Sequence[float], scale: float) -> tuple[float, ...]:
         return tuple(_rounded(v * scale, math.floor) for v in values)
@@ -390,6 +385,11 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
                 f"the costs of stage {s} (forward {problem.forward[s]:g}, backward {problem.backward[s]:g}) are "
                 f"below the solver's resolution {_below_resolution(problem, 'them')}"
             )
+    if not exact:  # after the refusals above: no warning before an error
+        log.warning("costs or memory are not whole ticks (the solver resolves about a millionth of the largest "
+                    "value): CP-SAT works on a rounded relaxation of them, the answer is replayed exactly, and its "
+                    "bound may stop short of the optimum by that rounding; fewer digits in the config's values "
+                    "avoid it")
     # Each release is rounded down on its own, so the ticked activation is their sum.
     held_after_b = down([problem.released_by(OpKind.B, s) for s in range(problem.num_model_stages)], memory_scale)
     held_until_w = down(wact, memory_scale)

@@ -525,6 +525,19 @@ def test_costs_below_the_solver_resolution_simulate_but_solve_names_the_unit_fix
     assert "raise them to at least 2e-05" in err
 
 
+def test_a_solve_refused_below_the_resolution_says_only_why(capsys: pytest.CaptureFixture[str],
+                                                            tmp_path: Path) -> None:
+    """backward_weight 1e-07 beside costs of 1 first warned "costs or memory are not whole ticks ... CP-SAT works on
+    a rounded relaxation", then refused the solve: the warning was about a solve that never ran."""
+    path = tmp_path / "tiny-w.yaml"
+    path.write_text("pipeline: {num_stages: 4, num_microbatches: 8}\n"
+                    "costs: {forward: 1.0, backward: 1.0, backward_weight: 1e-07}\n", encoding="utf-8")
+    code, _, err = run(capsys, "solve", str(path), "--time-limit", "1", "--workers", "1", "--quiet")
+    assert code == USER_ERROR
+    assert err.startswith("pipeplan: error: costs.backward_weight 1e-07 is below the solver's resolution"), err
+    assert "warning" not in err and len(err.splitlines()) == 1
+
+
 def test_optimizer_notes_say_where_the_answer_came_from_when_the_whole_model_search_found_nothing() -> None:
     """On large models the whole-model search often ends before it has a schedule (UNKNOWN) and the neighbourhood
     search after it improves the best warm start: the note must not call that answer a warm start."""

@@ -420,6 +420,37 @@ def test_mixing_per_model_stage_lists_with_device_shares_is_warned_about(tmp_pat
     assert not caplog.records
 
 
+def test_a_comm_value_no_link_uses_is_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """comm[s] is the link after model stage s: with one chunk the last value, in V placement also the turn's (two
+    model stages on one device), has no effect, and was accepted without a word."""
+    path = tmp_path / "comm.yaml"
+    path.write_text("pipeline: {num_stages: 4, num_microbatches: 8}\ncosts: {comm: [0.1, 0.2, 0.3, 0.4]}\n",
+                    encoding="utf-8")
+    assert load_config(path).problem.comm == (0.1, 0.2, 0.3, 0.4)  # the values stay: only said
+    [record] = caplog.records
+    assert record.levelname == "WARNING"
+    assert record.getMessage() == ("costs.comm[3] is 0.4 but is not used: model stage 3 is the last, with no link "
+                                   "after it (comm[s] is the link from model stage s to s + 1); set it to 0, or "
+                                   "move it to the link it was meant for")
+    caplog.clear()
+    v = ("pipeline: {num_stages: 4, num_microbatches: 8, num_chunks: 2, placement: v}\n"
+         "costs: {backward_weight: 0.5, comm: [0.1, 0.1, 0.1, 0.2, 0.1, 0.1, 0.1, 0.3]}\n")
+    path.write_text(v, encoding="utf-8")
+    load_config(path)
+    assert [r.getMessage().split(" (comm[s]")[0] for r in caplog.records] == [
+        "costs.comm[3] is 0.2 but is not used: model stages 3 and 4 are both on device 3 (the turn of the V "
+        "placement), and a latency applies only between devices",
+        "costs.comm[7] is 0.3 but is not used: model stage 7 is the last, with no link after it"]
+    caplog.clear()
+    # Zeros there, one latency written out (a config record of a run with chunks, best.yaml), a number, or a
+    # per-device list with chunks (device 3's value is also the link after model stage 4): nothing to say.
+    for comm in ("[0.1, 0.1, 0.1, 0, 0.1, 0.1, 0.1, 0]", "[0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]",
+                 "[0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0]", "0.3", "[0.1, 0.1, 0.1, 0.2]"):
+        path.write_text(v.replace("[0.1, 0.1, 0.1, 0.2, 0.1, 0.1, 0.1, 0.3]", comm), encoding="utf-8")
+        load_config(path)
+    assert not caplog.records
+
+
 def test_a_negative_value_in_a_list_is_named_by_its_place() -> None:
     """`costs.forward: [1, -2, 1, 1]` said "costs.forward must be >= 0, got -2", without saying which value."""
     with pytest.raises(ConfigError, match=r"^costs\.forward\[1\] must be >= 0, got -2$"):

@@ -126,7 +126,14 @@ def test_first_ctrl_c_finishes_with_the_best_schedule_and_exits_130(
     optimal = next(row for row in summary["schedules"] if row["schedule"] == "optimal")
     assert optimal["interrupted"] is True and optimal["feasible"]
     assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["interrupted"] is True
-    assert (out / "report.html").exists()
+    # The page says so beside the proof and the solver's time limit, also when rebuilt from the folder (it read
+    # "time limit 10 s" and the gap as if the whole limit had run).
+    note = (f"stopped early by Ctrl-C after {optimal['solve_time_s']:.1f} s of its 10 s: the best schedule found "
+            "by then, not the time limit&#x27;s answer")
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert page.count(note) == 2 and f"The solve was {note}." in page
+    assert main(["report", str(out), "--out", str(tmp_path / "again.html")]) == 0
+    assert (tmp_path / "again.html").read_text(encoding="utf-8") == page
     assert signal.getsignal(signal.SIGINT) is before  # handlers restored
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
 

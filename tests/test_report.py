@@ -77,6 +77,7 @@ def test_report_shows_the_problem_and_every_schedule(folder: Path) -> None:
         assert f"<th>{header}</th>" in table
     # The schedules that do not apply, one item per reason (as the terminal's "skipped" lines).
     assert "<li><b>zb-v, dualpipe-v, v-half, v-min</b>: need num_chunks 2 in V placement" in text
+    assert "stopped early" not in text  # said only of a solve Ctrl-C cut short (tests/test_interrupts.py)
 
 
 def test_report_command_rebuilds_the_same_page_from_the_files(

@@ -314,3 +314,22 @@ def test_json_rounds_results_but_not_the_config(capsys: pytest.CaptureFixture[st
     for row in printed["schedules"]:
         busy = [float(v) for v in table[row["schedule"]]["busy_per_device"].split()]
         assert busy == row["busy_per_device"] and any(len(f"{v:g}") < len(repr(v)) for v in busy)
+
+
+def test_without_a_budget_the_other_layout_hints_name_none(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                             family: str) -> None:
+    """With no memory.budget the hints said "zb-v ... reaches makespan 21.98 units within the budget"."""
+    path = tmp_path / "unlimited.yaml"
+    path.write_text(FAMILY_YAML.replace(", budget: 8", ""), encoding="utf-8")
+    code, out, err = run(capsys, "solve", str(path), "--time-limit", "2", "--workers", "1", "--quiet", "--out",
+                         str(tmp_path / "out"))
+    assert code == 0, err
+    hints = [line for line in out.splitlines() if line.startswith("other layout: ")]
+    assert hints and all(" units; set them under pipeline:" in line for line in hints), out
+    assert "budget" not in " ".join(hints)
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert '<p class="note">Faster on another layout (the optimizer searched' in page
+    # Under a budget they still say so.
+    code, out, err = run(capsys, "solve", family, "--time-limit", "2", "--workers", "1", "--quiet")
+    assert code == 0, err
+    assert " within the budget; set them under pipeline:" in out, out

@@ -72,7 +72,7 @@ def test_an_order_puts_chosen_columns_first_and_the_caption_goes_last() -> None:
 
 def test_small_times_and_memory_in_bytes_read_as_numbers() -> None:
     """Times in seconds of a small model rounded to 0.0 at three decimals beside the optimizer's 3.3e-08, and
-    memory in bytes printed as 1.28849e+10: small times keep three significant digits, large memory is whole with
+    memory in bytes printed as 1.28849e+10: small times keep their significant digits, large memory is whole with
     thousands separators, in the cells and in the budget."""
     from pipeplan.config import Units
     from pipeplan.report.tables import metrics_table
@@ -84,6 +84,35 @@ def test_small_times_and_memory_in_bytes_read_as_numbers() -> None:
     for shown in ("3.3e-08", "0.0296", "12,884,901,888 44.1406", "0.0296 213.0", "65,000,000,000"):
         assert shown in text, text
     assert "e+10" not in text and " 0.0 " not in text
+
+
+def test_times_have_the_optimizer_lines_six_significant_digits() -> None:
+    """Times in seconds at three significant digits made close schedules look tied or out of order (0.0992 and
+    0.0988, 0.145) where the optimizer's line and report.html give 0.09924, 0.09877 and 0.14489."""
+    from pipeplan.config import Units
+    from pipeplan.frontier import FrontierRow
+    from pipeplan.report.tables import comparison_table, frontier_tables
+
+    def row(name: str, makespan: float) -> dict[str, object]:
+        return {"schedule": name, "makespan": makespan, "stage_span": makespan, "bubble": 0.1, "peak_memory": 5,
+                "feasible": True}
+
+    summary = {"name": "s", "num_stages": 4, "num_microbatches": 8, "memory_budget": None, "objective": "makespan",
+               "chosen": "zb-h1", "schedules": [row("1f1b", 0.14489), row("zb-h1", 0.09877), row("gpipe", 0.09924)]}
+    text = "".join(drawn(table, 200) for table in comparison_table(summary, Units(time="s")))
+    for shown in ("0.14489", "0.09877", "0.09924"):
+        assert shown in text, text
+    measures = {"makespan": None, "stage_span": None, "utilization": None, "peak_memory": None}
+    rows = [FrontierRow(budget=5, schedule="1f1b", objective=0.14489, feasible=True, **measures),
+            FrontierRow(budget=5, schedule="optimal", objective=0.0987654321, feasible=True, lower_bound=0.0987,
+                        gap=0.0007, status="FEASIBLE", **measures)]
+    text = "".join(drawn(table, 200) for table in frontier_tables("s", rows, "makespan", Units(time="s")))
+    assert "0.14489" in text and "0.0987654" in text and "0.0987 " in text, text
+    # Whole and short times read as before: one decimal at least, no trailing zeros, thousands separated.
+    summary["schedules"] = [row("1f1b", 213.0), row("zb-h1", 87.21000000000001), row("gpipe", 12345.67)]
+    text = "".join(drawn(table, 200) for table in comparison_table(summary, Units(time="s")))
+    for shown in (" 213.0 ", " 87.21 ", " 12,345.7 "):
+        assert shown in text, text
 
 
 def test_a_small_models_step_time_and_memory_are_not_zero_in_the_sizing_table() -> None:
@@ -137,3 +166,19 @@ def test_a_schedule_over_a_per_device_budget_names_the_devices() -> None:
         "(in GiB)",
         "zb-h2 is over the budget on devices 0 (11 against 6), 5 (3.5 against 3) (in GiB)"]
     assert over_budget_notes({**summary, "memory_budget": 6}, units) == []  # one budget: the peak column says it
+
+
+def test_the_solve_table_counts_one_stage_or_microbatch_in_the_singular() -> None:
+    """The header read "1 stages x 5 microbatches" and "4 stages x 1 microbatches"."""
+    from pipeplan.config import Units
+    from pipeplan.report.tables import comparison_table
+
+    row = {"schedule": "gpipe", "makespan": 15.0, "stage_span": 15.0, "bubble": 0.0, "peak_memory": 5,
+           "feasible": True}
+    summary = {"name": "one", "num_stages": 1, "num_microbatches": 5, "num_chunks": 1, "memory_budget": None,
+               "objective": "makespan", "chosen": "gpipe", "schedules": [row]}
+    titles = [str(comparison_table(summary | shape, Units())[0].title).splitlines()[0]
+              for shape in ({}, {"num_stages": 4, "num_microbatches": 1}, {"num_stages": 4, "num_chunks": 2})]
+    assert titles == ["one: 1 stage x 5 microbatches, no memory budget",
+                      "one: 4 stages x 1 microbatch, no memory budget",
+                      "one: 4 stages x 5 microbatches x 2 chunks, no memory budget"]

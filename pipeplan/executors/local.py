@@ -90,9 +90,10 @@ class LocalExecutor:
     def __init__(self, jobs: int | None = None) -> None:
         check_jobs(jobs)
         if jobs is not None and jobs > MAX_JOBS:
-            log.warning("%d local worker processes asked for, %d started: at most 4 a core on this machine (%s cores; "
-                        "each process takes about 150 MB, and more than one a core only shares it)", jobs, MAX_JOBS,
-                        os.cpu_count())
+            # "at most": a pool starts a process only for a batch no other one is free to take (2 tasks, 2 processes)
+            log.warning("%d local worker processes asked for, at most %d started: no more than 4 a core on this "
+                        "machine (%s cores; each process takes about 150 MB, and more than one a core only shares it)",
+                        jobs, MAX_JOBS, os.cpu_count())
             jobs = MAX_JOBS
         self.jobs = jobs if jobs is not None else (os.cpu_count() or 1)
         self._pool: ProcessPoolExecutor | None = None

@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from pipeplan import __version__
+from pipeplan.bounds import OPTIMAL
 from pipeplan.config import Config, Units
 from pipeplan.frontier import FrontierRow
 from pipeplan.problem import counted
@@ -80,6 +81,7 @@ def _glance(summary: dict[str, Any], config: Config) -> str:
     split = problem.split_backward
     chunks = problem.num_chunks
     per_stage = "per model stage" if chunks > 1 else "per stage"
+    stopped = _stopped_early(summary, solver.time_limit_s)
     rows = [
         ("devices (pipeline stages)", str(problem.num_devices)),
         ("microbatches per step", str(problem.num_microbatches)),
@@ -94,10 +96,23 @@ def _glance(summary: dict[str, Any], config: Config) -> str:
         (f"budget per device ({units.memory})", _values(problem.budget)),
         ("objective", f"{summary['objective'].replace('_', ' ')} (lower is better)"),
         ("solver", f"time limit {_num(solver.time_limit_s)} s, {counted(solver.num_workers, 'worker')}, seed "
-                   f"{solver.random_seed}"),
+                   f"{solver.random_seed}" + (f"; {stopped}" if stopped else "")),
     ]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f'<table class="glance">{body}</table>'
+
+
+def _stopped_early(summary: dict[str, Any], time_limit_s: float) -> str:
+    """Why the optimizer's answer may be worse than its time limit's, when Ctrl-C stopped the solve early (else
+    ""). summary.json says ``interrupted``; without this note the page read as if the gap were what the whole time
+    limit left. A proven optimum is the time limit's answer anyway and gets no note (as a frontier's row)."""
+    optimal = next((row for row in summary["schedules"] if row["schedule"] == "optimal"), None)
+    if summary.get("interrupted") is not True or optimal is None or optimal.get("status") == OPTIMAL:
+        return ""
+    took = optimal.get("solve_time_s")
+    after = (f"after {took:.1f} s of its {_num(time_limit_s)} s" if isinstance(took, (int, float))
+             and not isinstance(took, bool) else f"before its time limit of {_num(time_limit_s)} s")
+    return f"stopped early by Ctrl-C {after}: the best schedule found by then, not the time limit's answer"
 
 
 def _comparison(summary: dict[str, Any], units: Units) -> str:
@@ -161,10 +176,11 @@ def frontier_table(rows: Sequence[FrontierRow], objective: str, units: Units, no
     return style + "".join(lines)
 
 
-def _headline(summary: dict[str, Any], units: Units) -> str:
+def _headline(summary: dict[str, Any], units: Units, stopped: str = "") -> str:
     """One sentence: what to run, how good it is, and how it compares with 1F1B (the baseline) and with the best
     named schedule within the budget when that is another one (under a budget 1F1B may be fitted to it with a
-    shorter warm-up, and GPipe in more flushes can beat it)."""
+    shorter warm-up, and GPipe in more flushes can beat it). ``stopped``: the :func:`_stopped_early` note, said
+    after the optimizer's gap."""
     rows = {row["schedule"]: row for row in summary["schedules"]}
     chosen = rows[summary["chosen"]]
     objective = summary["objective"]
@@ -191,6 +207,8 @@ def _headline(summary: dict[str, Any], units: Units) -> str:
     if optimal is not None and "status" in optimal:
         text += (f". The optimizer's answer is {optimal['status']} (lower bound {_num(optimal['lower_bound'], 6)}, "
                  f"gap {format_gap(optimal['gap'])}).")
+        if stopped:
+            text += f" The solve was {html.escape(stopped)}."
     return f'<p class="lead">{text}</p>'
 
 
@@ -235,7 +253,7 @@ def build_report(results: Results) -> str:
         f'<script type="text/javascript">{get_plotlyjs()}</script>',
         "</head><body>",
         f"<h1>pipeplan report: {name}</h1>",
-        _headline(summary, units),
+        _headline(summary, units, _stopped_early(summary, results.config.solver.time_limit_s)),
         "<h2>The problem</h2>",
         _glance(summary, results.config),
         "<h2>Schedules compared</h2>",
@@ -258,7 +276,8 @@ def build_report(results: Results) -> str:
             f"{html.escape(units.time)}, peak {_num(row['peak_memory'], 6)} {html.escape(units.memory)}</li>"
             for row in others
         )
-        parts.append('<p class="note">Faster within the same budget on another layout (the optimizer searched '
+        within = " within the same budget" if summary.get("memory_budget") is not None else ""
+        parts.append(f'<p class="note">Faster{within} on another layout (the optimizer searched '
                      f"this config's layout only; set these under pipeline: to optimize that one):</p>"
                      f'<ul class="note">{items}</ul>')
 

@@ -15,15 +15,23 @@ from rich.text import Text
 
 from pipeplan.config import Units
 from pipeplan.frontier import FrontierRow
+from pipeplan.problem import counted
+
+# Significant digits of a time in the terminal's tables: as the optimizer's line (:g) and report.html give it. With
+# three, times in seconds of close schedules read as ties or out of order (0.0992 and 0.0988 for 0.09924 and
+# 0.09877; 0.145 for 0.14489).
+TIME_DIGITS = 6
 
 
 def _fmt_time(value: float) -> str:
-    """Up to 3 decimals, trailing zeros dropped, at least one decimal: 213.0, 91.34, 0.125; below 0.1, three
-    significant digits (0.0296, 3.3e-08: times in seconds of a small model), which 3 decimals would round away."""
+    """:data:`TIME_DIGITS` significant digits, trailing zeros dropped, at least one decimal, thousands separated:
+    213.0, 91.34, 0.14489, 12,345.7; below 0.1 as ``g`` writes it (0.09924, 3.3e-08: times in seconds of a small
+    model)."""
     if not math.isfinite(value) or 0 < abs(value) < 0.1:  # nan and inf as Python writes them
-        return f"{value:.3g}"
-    rounded = round(value, 3)
-    return f"{rounded:,.1f}" if rounded == int(rounded) else f"{rounded:,.3f}".rstrip("0")
+        return f"{value:.{TIME_DIGITS}g}"
+    decimals = 1 if value == 0 else max(1, TIME_DIGITS - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{decimals}f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
 
 
 def _fmt_pct(value: float) -> str:
@@ -91,7 +99,8 @@ def comparison_table(summary: dict[str, Any], units: Units, width: int | None = 
     """
     objective = summary["objective"]
     chunks = summary.get("num_chunks", 1)
-    title = (f"{summary['name']}: {summary['num_stages']} stages x {summary['num_microbatches']} microbatches"
+    title = (f"{summary['name']}: {counted(summary['num_stages'], 'stage')} x "
+             f"{counted(summary['num_microbatches'], 'microbatch', 'microbatches')}"
              f"{f' x {chunks} chunks' if chunks > 1 else ''}, {_budget_text(summary['memory_budget'], units)}\n"
              f"objective {objective}; times in {units.time}, memory in {units.memory}")
     columns = [Column("schedule", "left"), Column("makespan"), Column("span"), Column("bubble"), Column("peak"),
