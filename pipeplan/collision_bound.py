@@ -32,8 +32,11 @@ Every schedule of the problem with kinds in microbatch order meets all of this, 
 and every bound CP-SAT proves on it, is a lower bound on the optimal makespan. It is also exact in the sense
 that matters: on the memory-wall rows with one chunk at P = 8 its optimum is the optimizer's answer or within
 1 % of it (P = 8, N = 16, budget 6: 59.58, that answer; N = 32, budget 6: 107.66 against 108.60, where the other
-bounds gave 104.78), proven in 0.4 to 11 s with two workers. The pair literals matter: with a no-overlap
-constraint per device in their place the same N = 32 row is not proven in 60 s.
+bounds gave 104.78), proven in 1.6 to 28 s with two workers on a shared 2-core machine. The pair literals
+matter: with a no-overlap constraint per device in their place the same N = 32 row is not proven in 60 s. Where
+the relaxation is not proven within its time (P = 16, N = 64) its CP-SAT bound still rises a little (374.97 ->
+376.44 at budget 6); at mid budgets its optimum can be below what the device relaxations prove (P = 16, N = 32,
+budget 11: 121.44 against 122.70), as it drops the W passes' device time.
 
 Only one chunk per device and the makespan: with chunks a device's ops of two microbatches can meet on either
 chunk, and the crossing argument above is for one pass down and one up.
