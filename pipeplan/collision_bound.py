@@ -34,9 +34,9 @@ that matters: on the memory-wall rows with one chunk at P = 8 its optimum is the
 1 % of it (P = 8, N = 16, budget 6: 59.58, that answer; N = 32, budget 6: 107.66 against 108.60, where the other
 bounds gave 104.78), proven in 1.6 to 28 s with two workers on a shared 2-core machine. The pair literals
 matter: with a no-overlap constraint per device in their place the same N = 32 row is not proven in 60 s. Where
-the relaxation is not proven within its time (P = 16, N = 64) its CP-SAT bound still rises a little (374.97 ->
-376.44 at budget 6); at mid budgets its optimum can be below what the device relaxations prove (P = 16, N = 32,
-budget 11: 121.44 against 122.70), as it drops the W passes' device time.
+the relaxation is not proven within its time its CP-SAT bound still rises (P = 16, N = 64, budget 6: 374.97 from
+the window bound -> 378.61 in 20 s); at mid budgets its optimum can be below what the device relaxations prove
+(P = 16, N = 32, budget 11: 121.44 against 122.70), as it drops the W passes' device time.
 
 Only one chunk per device and the makespan: with chunks a device's ops of two microbatches can meet on either
 chunk, and the crossing argument above is for one pass down and one up.
@@ -60,6 +60,13 @@ from pipeplan.simulate import Timeline
 # budget holds at most this many microbatches before memory orders them); larger budgets make the model too
 # large to pay (P = 32 at budget 22: 128 x 21 x 32 literals).
 MAX_LITERALS = 40_000
+
+
+# CP-SAT's workers on the relaxation, with two or more: the lower-bound search and the LP-heaviest tree search.
+# Side by side on P = 16, N = 64, one chunk, budget 6 with the window bound as the floor (374.97), presolve off: 378.61
+# in 20 s, where the default workers stay at the floor in 60 s; P = 16, N = 32, budget 6 proven (204.66) in 3.2 s
+# against 20-35 s; P = 8, N = 32, budget 6 (107.66) in 10.5 s against 13-28 s.
+SUBSOLVERS = ("objective_lb_search", "max_lp")
 
 
 @dataclass
@@ -152,6 +159,7 @@ def relaxation(problem: Problem, floor: int = 0, spacings: Mapping[int, int] | N
                 after_w = model.new_bool_var("")
                 model.add(later >= end(b_i) + weight[d]).only_enforce_if(after_w)
                 model.add(later >= end(problem.op(OpKind.B, d, i + 1))).only_enforce_if(~after_w)
+    literal: dict[tuple[int, int, int], cp_model.IntVar] = {}
     for i in range(n):  # crossing literals of the pairs in flight
         for j in range(i + 1, min(n, i + max(widths))):
             crossed: list[cp_model.IntVar] = []
@@ -165,6 +173,12 @@ def relaxation(problem: Problem, floor: int = 0, spacings: Mapping[int, int] | N
                 if crossed:
                     model.add_implication(crossed[-1], after)
                 crossed.append(after)
+                literal[i, j, d] = after
+    for (i, j, d), after in literal.items():  # microbatch order: a later F, or an earlier B, is ordered alike
+        if (i, j + 1, d) in literal:
+            model.add_implication(after, literal[i, j + 1, d])
+        if (i - 1, j, d) in literal:
+            model.add_implication(after, literal[i - 1, j, d])
     found = chains(problem)  # each B's tail: the Bs below it with their links, then the last W
     tails = [found.tail[problem.op(OpKind.B, d, 0)] for d in range(p)]
     for m in range(n):
@@ -197,6 +211,12 @@ def lower_bound(ticked: Problem, deadline: float, num_workers: int = 1, seed: in
     solver.parameters.max_time_in_seconds = seconds
     solver.parameters.num_workers = num_workers
     solver.parameters.random_seed = seed
+    # Presolve off: it spends most of a share rebuilding no-overlaps from the crossing literals (18 s on P = 16,
+    # N = 64, budget 6); and the workers search for a lower bound, not for schedules.
+    solver.parameters.cp_model_presolve = False
+    if num_workers >= 2:
+        for name in SUBSOLVERS:
+            solver.parameters.subsolvers.append(name)
     status = cpsat.run_stoppable(solver, relaxed.model, should_stop)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
         raise RuntimeError(f"CP-SAT answered {solver.status_name(status)} on the collision relaxation: "
