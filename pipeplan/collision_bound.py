@@ -55,6 +55,7 @@ from pipeplan import cpsat
 from pipeplan.device_bound import chains
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.simulate import Timeline
+from pipeplan.spacing import add_spacing_cuts
 
 # Pairs of microbatches further apart than this many are not given crossing literals (none are: a device's
 # budget holds at most this many microbatches before memory orders them); larger budgets make the model too
@@ -186,9 +187,7 @@ def relaxation(problem: Problem, floor: int = 0, spacings: Mapping[int, int] | N
             b_op = problem.op(OpKind.B, d, m)
             model.add(objective >= end(b_op) + max(tails[d], (n - m) * weight[d]))
     if spacings:
-        for j, gap in spacings.items():
-            for m in range(n - j):
-                model.add(starts[problem.op(OpKind.F, 0, m + j)] >= starts[problem.op(OpKind.F, 0, m)] + gap)
+        add_spacing_cuts(model, problem, starts, spacings)
     if floor > 0:
         model.add(objective >= floor)
     model.minimize(objective)

@@ -106,7 +106,7 @@ from pipeplan.bounds import device_end_lower_bounds, nested_activation, nested_i
 from pipeplan.metrics import fits_budget
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.simulate import Timeline
-from pipeplan.spacing import add_budget
+from pipeplan.spacing import add_budget, add_spacing_cuts
 
 OBJECTIVES = ("makespan", "stage_span")
 
@@ -244,9 +244,7 @@ def relaxation(problem: Problem, device: int | Sequence[int], objective: str = "
         if other_memory:
             _add_lags(model, problem, other_memory_lags(problem, d, found), starts)
     if spacings and 0 in stages:
-        for j, gap in spacings.items():
-            for m in range(n - j):
-                model.add(starts[problem.op(OpKind.F, 0, m + j)] >= starts[problem.op(OpKind.F, 0, m)] + gap)
+        add_spacing_cuts(model, problem, starts, spacings)
     if floor > 0:
         model.add(objective_var >= floor)
     model.minimize(objective_var)

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ortools.sat.python import cp_model
 
@@ -139,6 +139,15 @@ def add_budget(model: cp_model.CpModel, problem: Problem, device: int, count: in
                 demands.append(demand)
     if sum(demands) > budget[device]:
         model.add_cumulative(intervals, demands, int(budget[device]))
+
+
+def add_spacing_cuts(model: cp_model.CpModel, problem: Problem, start: dict[Op, cp_model.IntVar],
+                     spacings: dict[int, int] | Mapping[int, int]) -> None:
+    """The window bound's cuts in a model of the whole ``problem`` (or of a relaxation holding stage 0): F(0, m + j)
+    starts at least ``spacings[j]`` (ticks, a proven lower bound on delta_j) after F(0, m), for every m."""
+    for j, gap in spacings.items():
+        for m in range(problem.num_microbatches - j):
+            model.add(start[problem.op(OpKind.F, 0, m + j)] >= start[problem.op(OpKind.F, 0, m)] + gap)
 
 
 def tail(problem: Problem) -> float:

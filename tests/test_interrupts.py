@@ -170,12 +170,8 @@ def test_the_same_ctrl_c_delivered_twice_still_finishes_with_the_answer(
     assert json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))["interrupted"] is True
 
 
-def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path
-) -> None:
-    # With --out each budget is a task (here one at a time, in this process) kept in DIR/store.sqlite. Ctrl-C
-    # as the first budget finishes: that budget is written, budgets 5 to 8 are never solved; the same command
-    # again reuses budget 4 from the store and solves the rest.
+def ctrl_c_when_the_first_task_is_done(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Send SIGINT as a sweep's task progress first reports one task done; returns the real report (to restore)."""
     original = pipeplan.cli._TaskProgress.__call__
     sent = {"done": False}
 
@@ -186,6 +182,16 @@ def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
         original(self, progress)
 
     monkeypatch.setattr(pipeplan.cli._TaskProgress, "__call__", report)
+    return original
+
+
+def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str, tmp_path: Path
+) -> None:
+    # With --out each budget is a task (here one at a time, in this process) kept in DIR/store.sqlite. Ctrl-C
+    # as the first budget finishes: that budget is written, budgets 5 to 8 are never solved; the same command
+    # again reuses budget 4 from the store and solves the rest.
+    original = ctrl_c_when_the_first_task_is_done(monkeypatch)
     out = tmp_path / "frontier"
     argv = frontier_in_process(config, "4:8:1", "1", out)
     code = main([*argv, "--format", "json"])  # its object says the rows are not all there
@@ -214,16 +220,7 @@ def test_ctrl_c_in_a_refresh_sweep_says_to_resume_without_refresh(
 ) -> None:
     # --refresh ignores the store, so "run the same command with --force to resume" would start over: the hint
     # says to drop --refresh, and that command reuses the budget the refresh run finished.
-    original = pipeplan.cli._TaskProgress.__call__
-    sent = {"done": False}
-
-    def report(self: Any, progress: Any) -> None:
-        if not sent["done"] and getattr(progress, "done", 0) == 1:
-            sent["done"] = True
-            os.kill(os.getpid(), signal.SIGINT)
-        original(self, progress)
-
-    monkeypatch.setattr(pipeplan.cli._TaskProgress, "__call__", report)
+    original = ctrl_c_when_the_first_task_is_done(monkeypatch)
     out = tmp_path / "frontier"
     argv = frontier_in_process(config, "4:5:1", "1", out)
     assert main([*argv, "--refresh", "--quiet"]) == INTERRUPTED
