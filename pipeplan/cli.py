@@ -1139,7 +1139,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
             if written:
                 interrupts.finishing = ""  # a Ctrl-C now stops the write, and main says so
                 _write_frontier(out, place.force, rows, cfg, settings, no_png, place.add_store_copy,
-                                not_run=_not_run(sweep, rows))
+                                not_run=_not_run(sweep, rows), refresh=refresh)
     else:
         _refuse_existing(out, force)
         _warn_refresh_without_store(refresh, None)
@@ -1203,9 +1203,11 @@ def _stopped_in_process(budgets: Sequence[float], rows: Sequence[Any]) -> str:
 
 
 def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config, settings: SolverSettings,
-                    no_png: bool, extra: Callable[[Path], None] | None = None, not_run: Sequence[float] = ()) -> None:
+                    no_png: bool, extra: Callable[[Path], None] | None = None, not_run: Sequence[float] = (),
+                    refresh: bool = False) -> None:
     """Write DIR/frontier.csv, frontier.html (the chart and the table, with the budgets ``not_run`` an interrupted
-    sweep left out said above it) and frontier.png (unless ``no_png``) atomically."""
+    sweep left out said above it, with how to run them: the folder is written, so with --force, and without
+    --refresh, which would ignore the store) and frontier.png (unless ``no_png``) atomically."""
     if out is not None:
         from pipeplan.report.figures import frontier_figure, save
         from pipeplan.report.files import frontier_frame
@@ -1218,7 +1220,9 @@ def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config,
                                   memory_unit=cfg.units.memory)
             # The table under the chart: the page shows what the terminal did.
             save(fig, folder / "frontier", png=not no_png, self_contained=True,
-                 below=frontier_table(rows, settings.objective, cfg.units, not_run))
+                 below=frontier_table(rows, settings.objective, cfg.units, not_run,
+                                      "run the same command with --force" + (" and without --refresh" if refresh
+                                                                              else "")))
             if extra is not None:
                 extra(folder)
 

@@ -57,9 +57,9 @@ from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.simulate import Timeline
 from pipeplan.spacing import add_spacing_cuts
 
-# Pairs of microbatches further apart than this many are not given crossing literals (none are: a device's
-# budget holds at most this many microbatches before memory orders them); larger budgets make the model too
-# large to pay (P = 32 at budget 22: 128 x 21 x 32 literals).
+# The most crossing literals (about N x (k - 1) x P, k the most microbatches a device's budget holds) for which
+# the relaxation is built: larger budgets make the model too large to pay (P = 32, N = 128 at budget 22: 128 x 21
+# x 32).
 MAX_LITERALS = 40_000
 
 
@@ -122,9 +122,7 @@ def relaxation(problem: Problem, floor: int = 0, spacings: Mapping[int, int] | N
         raise ValueError("the collision relaxation is for one chunk per device")
     n, p = problem.num_microbatches, problem.num_devices
     model = cp_model.CpModel()
-    horizon = int(math.ceil(problem.total_time())) + 1
-    for stage in range(p - 1):
-        horizon += 2 * int(math.ceil(problem.link_latency(stage)))
+    horizon = int(math.ceil(problem.total_time())) + 1  # every op and latency in a row: no optimum is longer
     objective = model.new_int_var(0, horizon, "makespan")
     starts: dict[Op, cp_model.IntVar] = {}
     duration: dict[Op, int] = {}

@@ -11,21 +11,28 @@ from exhaustive import brute_force, examples, family, tiny_problems
 from hypothesis import HealthCheck, assume, given, settings
 from strategies import binding_problems
 
-from pipeplan import Problem
+from pipeplan import Problem, simulate
 from pipeplan.bounds import makespan_lower_bound
 from pipeplan.collision_bound import applies, in_flight, lower_bound
 from pipeplan.solver import solve, tick_problem, warm_starts
-from pipeplan.spacing import spacing_bound
+from pipeplan.spacing import spacing_bound, window_deltas
 
 EPS = 1e-9
 
 
-def collision(problem: Problem, limit_s: float = 2.0) -> float:
+def collision(problem: Problem, limit_s: float = 2.0, as_the_solver: bool = False) -> float:
     """The bound CP-SAT proves on the relaxation within ``limit_s`` (two workers), in the problem's unit; 0 where
-    the relaxation does not apply."""
+    the relaxation does not apply. ``as_the_solver``: built as the solver builds it, with the window bound's
+    spacings (1 s of windows), the best warm start as the hint and the closed-form bound as the floor."""
     ticked, scale, exact = tick_problem(problem)
     assert exact
-    return lower_bound(ticked, time.monotonic() + limit_s, num_workers=2) / scale
+    if not as_the_solver:
+        return lower_bound(ticked, time.monotonic() + limit_s, num_workers=2) / scale
+    deltas = window_deltas(ticked, time.monotonic() + 1.0, num_workers=2)
+    hint = simulate(ticked, warm_starts(problem, "makespan")[0].schedule)
+    floor = makespan_lower_bound(ticked)
+    return lower_bound(ticked, time.monotonic() + limit_s, num_workers=2, floor=floor, hint=hint,
+                       spacings=deltas) / scale
 
 
 def test_it_applies_to_one_chunk_and_the_makespan_where_memory_binds() -> None:

@@ -205,7 +205,8 @@ def test_ctrl_c_stops_a_frontier_sweep_keeping_the_budgets_done(
     assert "0 of 5 results came from the store" in captured.err
     # The page says which budgets are missing (the CSV just has no rows for them).
     page = (out / "frontier.html").read_text(encoding="utf-8")
-    assert "Interrupted: 4 of the budgets asked for were not run (5, 6, 7, 8 slots)" in page
+    assert ("Interrupted: 4 of the budgets asked for were not run (5, 6, 7, 8 slots); run the same command with "
+            "--force to run them.") in page
     monkeypatch.setattr(pipeplan.cli._TaskProgress, "__call__", original)
     assert main([*argv, "--force"]) == 0
     captured = capsys.readouterr()

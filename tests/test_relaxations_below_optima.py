@@ -32,3 +32,5 @@ def test_no_relaxation_bound_exceeds_an_optimum_proven_without_it(problem: Probl
     assert fluid_bound(problem, objective, optimum) <= optimum + EPS, "fluid bound"
     if objective == "makespan":
         assert collision(problem) <= optimum + EPS, "collision bound"
+        # As the solver builds it: the window bound's cuts, a warm start as the hint, the closed form as the floor.
+        assert collision(problem, as_the_solver=True) <= optimum + EPS, "collision bound with the window cuts"

@@ -778,7 +778,7 @@ def test_an_optimizer_plan_faster_than_the_best_ranked_one_is_pointed_out() -> N
     study = load_study(Path(__file__).resolve().parent.parent / "models" / "size-llama3.1-70b.yaml")
     note = outside_ranking(StudyResult(study, frame, best, {}, optimal))
     assert note == ("the optimizer on one chunk per device (257,192 tokens/s) is faster than the best plan above "
-                    "(interleaved-1f1b on 2 chunk(s) per device, 251,416 tokens/s): the sweep ran the optimizer only "
+                    "(interleaved-1f1b on 2 chunks per device, 251,416 tokens/s): the sweep ran the optimizer only "
                     "on its optimizer.top configurations, not on this one; raise optimizer.top to rank it")
     # The sweep did run it there, and its time-limited search found less.
     ran = pd.concat([frame, pd.DataFrame([{**named, "schedule": "optimal", "tokens_per_s": 250_000.0}])])

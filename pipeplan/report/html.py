@@ -144,11 +144,13 @@ def _comparison(summary: dict[str, Any], units: Units) -> str:
     return "".join(lines)
 
 
-def frontier_table(rows: Sequence[FrontierRow], objective: str, units: Units, not_run: Sequence[float] = ()) -> str:
+def frontier_table(rows: Sequence[FrontierRow], objective: str, units: Units, not_run: Sequence[float] = (),
+                   rerun: str = "run the same command again") -> str:
     """A frontier sweep as an HTML table under its chart (``frontier.html``): one row per budget, each named
     schedule's objective (in parentheses over the budget, "-" where it does not apply), the optimizer's with its
     bound, gap and status, and the budget's notes (why no schedule fits there), as the terminal prints it.
-    ``not_run``: budgets asked for that an interrupted sweep never ran, said above the table."""
+    ``not_run``: budgets asked for that an interrupted sweep never ran, said above the table with ``rerun``, how to
+    run them (the command line's words)."""
     named, grid = frontier_grid(rows, lambda value: _num(value, 6))
     head = [f"budget ({units.memory})", *named, "optimal", "lower bound", "gap", "status", "note"]
     lines = ['<div class="scroll"><table class="frontier"><caption>'
@@ -167,7 +169,7 @@ def frontier_table(rows: Sequence[FrontierRow], objective: str, units: Units, no
     if not_run:
         shown = ", ".join(_num(budget) for budget in not_run)
         lines.insert(0, f'<p class="not-run">Interrupted: {len(not_run)} of the budgets asked for were not run '
-                        f"({html.escape(shown)} {html.escape(units.memory)}); run the same command again to run "
+                        f"({html.escape(shown)} {html.escape(units.memory)}); {html.escape(rerun)} to run "
                         "them.</p>")
     style = ("<style>table.frontier { border-collapse: collapse; margin: 1em; font-family: sans-serif; } "
              "table.frontier td, table.frontier th { border: 1px solid #ccc; padding: 0.2em 0.6em; } "

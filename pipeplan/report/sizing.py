@@ -20,6 +20,7 @@ from rich.table import Table
 
 from pipeplan import __version__
 from pipeplan.config import SolverSettings, Units
+from pipeplan.problem import counted
 from pipeplan.report.figures import gantt, memory_figure, schedule_colours
 from pipeplan.report.files import CSV_FLOAT_FORMAT, config_record, write_folder
 from pipeplan.report.tables import Column, fitted_tables
@@ -149,7 +150,7 @@ def outside_ranking(result: StudyResult) -> str:
            "time limit" if len(ran) else "the sweep ran the optimizer only on its optimizer.top configurations, "
            "not on this one; raise optimizer.top to rank it")
     return (f"the optimizer on one chunk per device ({optimal['tokens_per_s']:,.0f} tokens/s) is faster than the "
-            f"best plan above ({best['schedule']} on {int(best['num_chunks'])} chunk(s) per device, "
+            f"best plan above ({best['schedule']} on {counted(int(best['num_chunks']), 'chunk')} per device, "
             f"{best['tokens_per_s']:,.0f} tokens/s): {why}")
 
 
