@@ -74,6 +74,10 @@ def test_size_prints_the_top_table_and_the_gain_and_writes_the_folder(capsys: py
     assert '"title":{"text":"GiB"}' in memory_chart and '"text":"bytes"' not in memory_chart
     config = load_config(out / "best.yaml")
     assert config.units.time == "s" and config.problem.budget is not None
+    # The split backward's 1F1B replays faster than the fused one size counts: the file says so.
+    assert config.problem.split_backward
+    text = (out / "best.yaml").read_text(encoding="utf-8")
+    assert "can drain faster than the fused backward pipeplan size counts" in text
     # Memory in GiB (tables of bytes read 6.56519e+10): the budget is what an 80 GiB GPU leaves for activations.
     assert config.units.memory == "GiB" and 0 < config.problem.budget[0] < 80
     # The study's optimizer settings (best.yaml had the machine's worker count and seed 0).
