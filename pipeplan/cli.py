@@ -1014,6 +1014,15 @@ class _SweepPlace:
                 console.print(f"  {label}: {error}", style="yellow", soft_wrap=True, highlight=False)
 
 
+def _rerun(written: bool, refresh: bool) -> str:
+    """How the same command runs what a stopped sweep left: "again", or "with --force" when its --out folder was
+    written (a rerun must replace it); and without --refresh, which would ignore the store and start over."""
+    how = "with --force" if written else "again"
+    if refresh:
+        how += " and without --refresh" if written else " without --refresh"
+    return how
+
+
 def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, written: Path | None = None,
                   during: str = "", refresh: bool = False) -> str:
     """The message after a sweep that Ctrl-C stopped: how many of its ``what`` finished, and whether a rerun
@@ -1023,10 +1032,7 @@ def stopped_sweep(done: int, total: int, what: str, store_path: Path | None, wri
     if store_path is not None:
         also = "" if written is None else f", and written to {written}"
         kept = f" (kept in {store_path}{also})" if done else ""
-        again = "again" if written is None else "with --force"
-        if refresh:
-            again += " and without --refresh" if written is not None else " without --refresh"
-        after = f"{kept}; run the same command {again} to resume"
+        after = f"{kept}; run the same command {_rerun(written is not None, refresh)} to resume"
     else:
         after = "; none was stored (--out DIR or --store FILE keeps finished tasks for the next run)"
     return f"interrupted{during}: {done} of {total} {what} finished{after}"
@@ -1147,7 +1153,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
                                               forced=show_progress) as progress:
             rows = frontier(cfg.problem, sweep, settings, progress=progress, stop=stop)
         written = True
-        _write_frontier(out, force, rows, cfg, settings, no_png, not_run=_not_run(sweep, rows))
+        _write_frontier(out, force, rows, cfg, settings, no_png)
     from pipeplan.report.tables import format_memory, frontier_tables
 
     console = _console()
@@ -1206,8 +1212,8 @@ def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config,
                     no_png: bool, extra: Callable[[Path], None] | None = None, not_run: Sequence[float] = (),
                     refresh: bool = False) -> None:
     """Write DIR/frontier.csv, frontier.html (the chart and the table, with the budgets ``not_run`` an interrupted
-    sweep left out said above it, with how to run them: the folder is written, so with --force, and without
-    --refresh, which would ignore the store) and frontier.png (unless ``no_png``) atomically."""
+    sweep left out said above it, and how to run them: as :func:`stopped_sweep` says, the folder written) and
+    frontier.png (unless ``no_png``) atomically."""
     if out is not None:
         from pipeplan.report.figures import frontier_figure, save
         from pipeplan.report.files import frontier_frame
@@ -1221,8 +1227,7 @@ def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config,
             # The table under the chart: the page shows what the terminal did.
             save(fig, folder / "frontier", png=not no_png, self_contained=True,
                  below=frontier_table(rows, settings.objective, cfg.units, not_run,
-                                      "run the same command with --force" + (" and without --refresh" if refresh
-                                                                              else "")))
+                                      f"run the same command {_rerun(True, refresh)}"))
             if extra is not None:
                 extra(folder)
 

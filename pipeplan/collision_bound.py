@@ -47,12 +47,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from pipeplan import cpsat
-from pipeplan.device_bound import chains
+from pipeplan.device_bound import Relaxation, chains
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.simulate import Timeline
 from pipeplan.spacing import add_spacing_cuts
@@ -68,23 +67,6 @@ MAX_LITERALS = 40_000
 # in 20 s, where the default workers stay at the floor in 60 s; P = 16, N = 32, budget 6 proven (204.66) in 3.2 s
 # against 20-35 s; P = 8, N = 32, budget 6 (107.66) in 10.5 s against 13-28 s.
 SUBSOLVERS = ("objective_lb_search", "max_lp")
-
-
-@dataclass
-class Relaxation:
-    """The relaxation's CP-SAT model: the start variables of every F and B op, and the objective (the makespan,
-    ticks)."""
-
-    model: cp_model.CpModel
-    starts: dict[Op, cp_model.IntVar]
-    objective: cp_model.IntVar
-
-    def add_hint(self, timeline: Timeline) -> None:
-        """A schedule's times (ticks) as the search's hint."""
-        for op, start in zip(timeline.ops, timeline.start):
-            if op in self.starts:
-                self.model.add_hint(self.starts[op], int(round(start)))
-        self.model.add_hint(self.objective, int(round(max(timeline.end))))
 
 
 def in_flight(problem: Problem, device: int) -> int:

@@ -179,14 +179,15 @@ def grown(problem: Problem, group: Sequence[int]) -> list[int] | None:
 
 @dataclass
 class Relaxation:
-    """The CP-SAT model of one device's relaxation (ticks), its start variables and its objective."""
+    """The CP-SAT model of a relaxation (ticks: one device's, or :mod:`pipeplan.collision_bound`'s), its start
+    variables and its objective."""
 
     model: cp_model.CpModel
     starts: dict[Op, cp_model.IntVar]
     objective: cp_model.IntVar
 
     def add_hint(self, timeline: Timeline) -> None:
-        """Hint a whole schedule's starts (ticks, first op at 0) for the device's ops."""
+        """Hint a whole schedule's starts (ticks, first op at 0) for the relaxation's ops."""
         starts = {op: start for op, start in zip(timeline.ops, timeline.start)}
         for op, var in self.starts.items():
             self.model.add_hint(var, int(round(starts[op])))

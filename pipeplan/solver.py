@@ -775,31 +775,36 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
         9000.999996 ticks proves 9001)."""
         return (cpsat.whole_ticks(bound_ticks) if exact else bound_ticks) / time_scale
 
+    def raise_bound(ticks: float, what: str, objective: float) -> bool:
+        """Take ``ticks`` as the bound when it is above the one so far (logged, and told with the best
+        ``objective`` so far); whether it was."""
+        nonlocal bound_ticks
+        if ticks <= bound_ticks:
+            return False
+        log.info("%s %s above the bound so far %s", what, ticks / time_scale, bound())
+        bound_ticks = ticks
+        tell(objective, bound())
+        return True
+
     tell(best.objective, bound())
     skip = _reason_not_to_search(problem, best, bound(), deadline, stop)
     deltas: dict[int, int] = {}  # the window bound's proven spacings, which also cut a device relaxation
     if not skip:
         deltas = _window_deltas(ticked, settings, deadline, stop)
-        window_ticks = spacing.bound_from(ticked, deltas)
-        if window_ticks > bound_ticks:
-            log.info("window bound %s above the closed-form bound %s", window_ticks / time_scale, bound())
-            bound_ticks = window_ticks
-            tell(best.objective, bound())
+        if raise_bound(spacing.bound_from(ticked, deltas), "window bound", best.objective):
             skip = _reason_not_to_search(problem, best, bound(), deadline, stop)
-    if not skip and collision_bound.applies(ticked, settings.objective):
-        collision_ticks = _collision_bound(ticked, settings, deadline, stop, bound_ticks, best.schedule, deltas)
-        if collision_ticks > bound_ticks:
-            log.info("collision bound %s above the bound so far %s", collision_ticks / time_scale, bound())
-            bound_ticks = collision_ticks
-            tell(best.objective, bound())
+    best_replay = simulate(ticked, best.schedule) if not skip else None  # the hint of what follows
+    if best_replay is not None and collision_bound.applies(ticked, settings.objective):
+        if raise_bound(_collision_bound(ticked, settings, deadline, stop, bound_ticks, best_replay, deltas),
+                       "collision bound", best.objective):
             skip = _reason_not_to_search(problem, best, bound(), deadline, stop)
-    if skip:
+    if skip or best_replay is None:
         log.info("no CP-SAT search: %s", skip)
         return answer.result(best.schedule, best.schedule.name, bound(), search=skip, stop=stop)
 
     model = _Model(ticked, settings.objective, _horizon(ticked, best.schedule, settings.objective))
     model.add_lower_bound(bound_ticks)
-    model.add_hint(simulate(ticked, best.schedule))
+    model.add_hint(best_replay)
     solver = _solver(settings, _search_deadline(deadline, len(model.tasks)))
     if progress is not None:
         solver.best_bound_callback = lambda ticks: tell(None, ticks / time_scale)
@@ -834,20 +839,13 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
     if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
         # Only now, as the device relaxations below, so that the problems the whole-model search proves at once
         # pay nothing for it.
-        fluid_ticks = _fluid_bound(ticked, settings, deadline, stop, bound_ticks, value * time_scale)
-        if fluid_ticks > bound_ticks:
-            log.info("fluid bound %s above the bound so far %s", fluid_ticks / time_scale, bound())
-            bound_ticks = fluid_ticks
-            tell(value, bound())
+        raise_bound(_fluid_bound(ticked, settings, deadline, stop, bound_ticks, value * time_scale), "fluid bound",
+                    value)
     if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS) and _relaxations_pay(problem):
         # Only now, so that the problems the whole-model search proves at once pay nothing for it.
         proved = (lambda ticks: tell(None, ticks / time_scale)) if progress is not None else None
-        device_ticks = _device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale,
-                                     deltas, report=proved, seconds=relaxation_s)
-        if device_ticks > bound_ticks:
-            log.info("device relaxation %s above the bound so far %s", device_ticks / time_scale, bound())
-            bound_ticks = device_ticks
-            tell(value, bound())
+        raise_bound(_device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale, deltas,
+                                  report=proved, seconds=relaxation_s), "device relaxation", value)
     if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
         rival = _rival(candidates, (chosen, best.schedule), value)
         better = (lambda objective: tell(objective, bound())) if progress is not None else None
@@ -869,14 +867,14 @@ def _window_deltas(ticked: Problem, settings: SolverSettings, deadline: float,
 
 
 def _collision_bound(ticked: Problem, settings: SolverSettings, deadline: float, stop: StopRequest | None,
-                     floor_ticks: float, incumbent: Schedule, deltas: Mapping[int, int]) -> float:
+                     floor_ticks: float, incumbent: Timeline, deltas: Mapping[int, int]) -> float:
     """The bound of :mod:`pipeplan.collision_bound` (ticks, never below ``floor_ticks``, a bound already proven)
-    within :data:`COLLISION_SHARE` of the time left, from the best warm start ``incumbent`` as the hint and with
-    the window bound's spacings ``deltas``."""
+    within :data:`COLLISION_SHARE` of the time left, from the best warm start's replay ``incumbent`` (ticks) as the
+    hint and with the window bound's spacings ``deltas``."""
     now = time.monotonic()
     return collision_bound.lower_bound(
         ticked, now + COLLISION_SHARE * max(0.0, deadline - now), num_workers=int(settings.num_workers),
-        seed=int(settings.random_seed), floor=floor_ticks, hint=simulate(ticked, incumbent), spacings=deltas,
+        seed=int(settings.random_seed), floor=floor_ticks, hint=incumbent, spacings=deltas,
         should_stop=lambda: stop is not None and stop.requested)
 
 

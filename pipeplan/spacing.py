@@ -142,7 +142,7 @@ def add_budget(model: cp_model.CpModel, problem: Problem, device: int, count: in
 
 
 def add_spacing_cuts(model: cp_model.CpModel, problem: Problem, start: dict[Op, cp_model.IntVar],
-                     spacings: dict[int, int] | Mapping[int, int]) -> None:
+                     spacings: Mapping[int, int]) -> None:
     """The window bound's cuts in a model of the whole ``problem`` (or of a relaxation holding stage 0): F(0, m + j)
     starts at least ``spacings[j]`` (ticks, a proven lower bound on delta_j) after F(0, m), for every m."""
     for j, gap in spacings.items():
