@@ -78,6 +78,14 @@ chunks in loop placement at P = 4, N = 8, budget 2, one device and two prove 30.
 CP-SAT on the whole model proves in about two minutes), in about 6 s.
 :func:`grown` adds to a group the device next to it with the largest closed-form bound.
 
+**Memory through orders.** On two or more chunks the relaxation also states each of its devices' memory through
+the order of two microbatches' ops (:mod:`pipeplan.merge_orders`): a literal per pair of ops of two microbatches
+in flight, and the live memory at each forward's start as a sum over them, weight activations until W included.
+Every schedule in microbatch order meets them, so the optimum is unchanged; the proofs are far quicker. On P = 8,
+N = 16, V placement, budget 3, device 7's relaxation is proven optimal (66.69) in about 2.5 s with them, where the
+tree search below stays at 65.02 in 15 s without them; at budget 6 it proves 49.51, the optimizer's answer, in
+8 s. They are not added on one chunk, where the collision bound (:mod:`pipeplan.collision_bound`) covers the pairs.
+
 **Use.** The relaxation is strongest where a device's budget binds and its chains are long (in loop placement the
 first device, whose first chunk's activations wait for the whole round trip; in V the last, at the turn);
 :func:`devices_to_try` orders the devices whose budget binds by their closed-form bound. On the split-backward
@@ -102,6 +110,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from pipeplan import merge_orders
 from pipeplan.bounds import device_end_lower_bounds, nested_activation, nested_in_flight
 from pipeplan.metrics import fits_budget
 from pipeplan.problem import Op, OpKind, Problem
@@ -195,12 +204,13 @@ class Relaxation:
 
 def relaxation(problem: Problem, device: int | Sequence[int], objective: str = "makespan", floor: int = 0,
                memory_precedences: bool = True, other_memory: bool = True,
-               spacings: Mapping[int, int] | None = None) -> Relaxation:
+               spacings: Mapping[int, int] | None = None, merges: bool = True) -> Relaxation:
     """Device ``device``'s relaxation of the ticked ``problem`` (see the module docstring), or that of several
     devices at once when ``device`` is a sequence (see "Several devices" there); its objective is at least
     ``floor`` (a bound already proven, in ticks). ``memory_precedences=False`` leaves out the implied
     precedences (for tests that check they do not change the optimum); ``other_memory=False`` leaves out the lags
-    other devices' memory implies (for tests that measure what they add). ``spacings`` maps window sizes j to
+    other devices' memory implies (for tests that measure what they add); ``merges=False`` leaves out the memory
+    stated through orders on two or more chunks (:mod:`pipeplan.merge_orders`). ``spacings`` maps window sizes j to
     proven lower bounds on delta_j (:func:`pipeplan.spacing.window_deltas`, ticks): when a device of the
     relaxation holds stage 0, F(0, m + j) starts at least that long after F(0, m)."""
     if objective not in OBJECTIVES:
@@ -244,6 +254,8 @@ def relaxation(problem: Problem, device: int | Sequence[int], objective: str = "
             _add_lags(model, problem, memory_precedences_of(problem, d), starts)
         if other_memory:
             _add_lags(model, problem, other_memory_lags(problem, d, found), starts)
+    if merges and merge_orders.applies(problem, group):
+        merge_orders.add(model, problem, starts, group)
     if spacings and 0 in stages:
         add_spacing_cuts(model, problem, starts, spacings)
     if floor > 0:

@@ -1,0 +1,238 @@
+"""Memory stated through orders: on a device, how the ops of two microbatches merge, and what is live at each
+forward's start given those merges (for the device relaxations of :mod:`pipeplan.device_bound` on chunks).
+
+A CP-SAT model that states memory as a cumulative over live intervals proves little where memory binds on chunks:
+the cumulative's propagation sees one interval at a time. These constraints state the same memory through the
+order of ops, which CP-SAT's search and linear relaxation handle far better. They hold in every schedule whose
+kinds run in microbatch order on every stage (some optimal schedule does: see ``_Model._add_symmetry`` in
+:mod:`pipeplan.solver`), so a relaxation that adds them keeps its optimum a lower bound.
+
+**Orders of two microbatches.** On device d a microbatch's forwards and backwards run in the order of its
+chain (forwards up the model stages, backwards down): positions 0 .. L-1 of the device's sequence
+(:func:`sequence`; with two chunks in either placement F on the lower stage, F on the higher, B on the higher,
+B on the lower). For microbatches i < j and positions t < u, a literal says "j's op t starts after i's op u
+ends", else i's op u starts after j's op t ends (they share the device); for t >= u the order is fixed (i's op u,
+then i's op t by the chain, then j's op t by microbatch order). The literals of a pair imply each other along the
+positions (after i's op u means after its op u - 1; j's op t + 1 comes after its op t), along the microbatches (a
+later j's op, or an earlier i's op, is ordered alike), and across neighbouring devices of the model where j's op
+at t on the other device comes later in the chain and i's op at u earlier (two chains moving in opposite
+directions cross once).
+
+**Memory.** Let s0 be the device's first stage (its first op is F(s0), its last B(s0)) and k the most
+activations of s0 the budget holds (k a <= M < (k + 1) a). If B(s0, i) had not ended when F(s0, i + k) starts,
+microbatches i .. i + k would all hold that activation (both kinds run in microbatch order): so every op of
+microbatch i + k on the device follows every op of microbatch i there, and only pairs less than k apart need
+literals. Memory only rises when a forward starts, so it is checked at each forward's start: a microbatch's
+activation of stage c is live there when its F(c) has started (a literal, or fixed by the positions) and its
+B(c) has not ended; after B(c) its weight activation stays until W(c) ends, for which each forward has a literal
+per older microbatch ("starts after W(c) of microbatch m ends", else that W ends at least a tick after it
+starts: times are whole ticks). The sum is linear in the literals and must fit the budget. Weight activations of
+microbatches more than 2k older are not counted (fewer terms only allow more). Activations are scaled to
+integers rounded down and the budget, with the memory tolerance, rounded down, which keeps every schedule that
+fits.
+
+**What it does.** Added to the device relaxation of device 7 of P = 8, N = 16, two chunks in V, budget 3 (the
+split-backward family: F:B:W = 1 : 1 : 0.5, comm 0.03, weight_activation 0.35), the relaxation is proven
+optimal at 66.69 in about 2.5 s with two workers, where with the cumulative alone it stays at its floor of 65.02
+after 15 s; N = 16, budget 6: 49.51 in 8 s, the answer, so that row is proven optimal. Over the whole pipeline
+(every device's ops and these constraints on each) the model is too large to prove: on P = 8, N = 16, V, budget 3
+it reached 65.0 to 66.4 in 20 s, and in the solver, before the whole-model search, it took time from the device
+relaxations and gave nothing at 60 s per row. Without the W passes' device time and weight activations its optimum
+there is 64.19, exactly the whole problem's optimum with weight activation 0: the orders state memory exactly,
+and what those rows lose lies in the weight activations waiting for W.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ortools.sat.python import cp_model
+
+from pipeplan.metrics import MEMORY_TOLERANCE
+from pipeplan.problem import Op, OpKind, Problem
+
+# The most literals (pair orders and W-release literals, :func:`literal_count`) added to one relaxation.
+MAX_LITERALS = 40_000
+
+# Memory units per activation unit in the linear memory rows (activations rounded down, which only relaxes).
+MEMORY_SCALE = 10_000
+
+Position = tuple[OpKind, int]  # (kind, model stage) of a device's op, any microbatch
+
+
+def sequence(problem: Problem, device: int) -> list[Position]:
+    """``device``'s forwards and backwards of one microbatch in chain order: its stages' Fs up, then Bs down."""
+    stages = problem.stages_on_device(device)
+    return [(OpKind.F, s) for s in stages] + [(OpKind.B, s) for s in reversed(stages)]
+
+
+def width(problem: Problem, device: int) -> int:
+    """k of the module docstring: the most activations of ``device``'s first stage its budget holds (at least 1,
+    at most N; N without a budget)."""
+    n = problem.num_microbatches
+    if problem.budget is None:
+        return n
+    act = problem.activation[problem.stages_on_device(device)[0]]
+    if act <= 0:
+        return n
+    return min(n, max(1, int(math.floor(problem.budget[device] / act + 1e-9))))
+
+
+def _weighted(problem: Problem, device: int) -> list[int]:
+    """The stages of ``device`` whose B leaves a weight activation until W."""
+    if not problem.split_backward:
+        return []
+    return [s for s in problem.stages_on_device(device) if problem.weight_activation[s] > 0]
+
+
+def literal_count(problem: Problem, devices: Sequence[int]) -> int:
+    """How many literals :func:`add` makes for ``devices``: pair orders and W-release literals."""
+    n = problem.num_microbatches
+    total = 0
+    for d in devices:
+        k = width(problem, d)
+        positions = len(sequence(problem, d))
+        pairs = sum(min(n, i + k) - i - 1 for i in range(n))
+        total += pairs * positions * (positions - 1) // 2
+        forwards = len(problem.stages_on_device(d))
+        total += forwards * len(_weighted(problem, d)) * sum(min(j, 2 * k) for j in range(n))
+    return total
+
+
+def applies(problem: Problem, devices: Sequence[int]) -> bool:
+    """Whether :func:`add` is worth adding for ``devices``: two or more chunks, memory binding on one of them
+    (fewer than N activations of its first stage fit), forwards and backwards of positive duration, and not more
+    than :data:`MAX_LITERALS` literals."""
+    if problem.num_chunks < 2 or problem.budget is None:
+        return False
+    if min(width(problem, d) for d in devices) >= problem.num_microbatches:
+        return False
+    if min(problem.forward) <= 0 or min(problem.backward) <= 0:
+        return False
+    return literal_count(problem, devices) <= MAX_LITERALS
+
+
+class _Merges:
+    """The literals and constraints of the module docstring for some devices of a model (ticks)."""
+
+    def __init__(self, model: cp_model.CpModel, problem: Problem, starts: dict[Op, cp_model.IntVar],
+                 devices: Sequence[int]) -> None:
+        self.model, self.problem, self.starts, self.devices = model, problem, starts, list(devices)
+        self.duration = {op: int(problem.duration(op)) for op in starts}
+        # (device, older i, newer j, position t, position u): j's op t starts after i's op u ends (t < u)
+        self.order: dict[tuple[int, int, int, int, int], cp_model.IntVar] = {}
+
+    def end(self, op: Op) -> cp_model.LinearExpr:
+        return self.starts[op] + self.duration[op]
+
+    def after(self, later: Op, earlier: Op) -> cp_model.IntVar:
+        """A literal: ``later`` starts after ``earlier`` ends, else ``earlier`` starts after ``later`` ends."""
+        literal = self.model.new_bool_var("")
+        self.model.add(self.starts[later] >= self.end(earlier)).only_enforce_if(literal)
+        self.model.add(self.starts[earlier] >= self.end(later)).only_enforce_if(~literal)
+        return literal
+
+    def add_orders(self) -> None:
+        """The pair literals with their implications, and the memory precedence of pairs k apart."""
+        problem, model = self.problem, self.model
+        n = problem.num_microbatches
+        rank = {(op.kind, op.stage): i for i, op in enumerate(problem.ops_in_dependency_order([0]))}
+        seqs = {d: sequence(problem, d) for d in self.devices}
+        for d in self.devices:
+            k, seq = width(problem, d), seqs[d]
+            for i in range(n - k):  # all of i + k after all of i
+                model.add(self.starts[problem.op(*seq[0], i + k)] >= self.end(problem.op(*seq[-1], i)))
+            for i in range(n):
+                for j in range(i + 1, min(n, i + k)):
+                    for t in range(len(seq)):
+                        for u in range(t + 1, len(seq)):
+                            self.order[d, i, j, t, u] = self.after(problem.op(*seq[t], j), problem.op(*seq[u], i))
+        for (d, i, j, t, u), literal in self.order.items():
+            implied = [(d, i, j, t, u - 1), (d, i, j, t + 1, u), (d, i, j + 1, t, u), (d, i - 1, j, t, u)]
+            for other in (d - 1, d + 1):
+                if other in seqs and (rank[seqs[other][t]] >= rank[seqs[d][t]]
+                                      and rank[seqs[other][u]] <= rank[seqs[d][u]]):
+                    implied.append((other, i, j, t, u))
+            for key in implied:  # absent keys are fixed orders (t >= u) or pairs ordered by memory
+                if key in self.order:
+                    model.add_implication(literal, self.order[key])
+
+    def _ordered(self, d: int, older: int, newer: int, t: int, u: int) -> int | cp_model.IntVar:
+        """1 when newer's op t surely starts after older's op u ends, else the pair's literal."""
+        if t >= u or newer - older >= width(self.problem, d):
+            return 1
+        return self.order[d, older, newer, t, u]
+
+    def add_memory(self, budget: Sequence[float]) -> None:
+        """At each forward's start, the live activations and weight activations (module docstring) fit."""
+        problem, model = self.problem, self.model
+        n = problem.num_microbatches
+        for d in self.devices:
+            k, seq = width(problem, d), sequence(problem, d)
+            cap = int(math.floor(budget[d] * (1 + MEMORY_TOLERANCE) * MEMORY_SCALE))
+            act = {s: int(math.floor(problem.activation[s] * MEMORY_SCALE)) for s in problem.stages_on_device(d)}
+            kept = {s: int(math.floor(problem.weight_activation[s] * MEMORY_SCALE)) for s in _weighted(problem, d)}
+            f_at = {s: t for t, (kind, s) in enumerate(seq) if kind is OpKind.F}
+            b_at = {s: t for t, (kind, s) in enumerate(seq) if kind is OpKind.B}
+            released = self._released(d, k, seq, kept)
+            for j in range(n):
+                for u, (kind, _) in enumerate(seq):
+                    if kind is not OpKind.F:
+                        continue
+                    terms: list[tuple[int, int | cp_model.IntVar]] = []
+                    for c, at in f_at.items():
+                        if at <= u:
+                            terms.append((act[c], 1))  # j's own (its Bs come after its Fs)
+                        for m in range(max(0, j - 2 * k), j):  # older: a (started - ended) + w (ended - released)
+                            started, ended = self._ordered(d, m, j, u, at), self._ordered(d, m, j, u, b_at[c])
+                            terms += [(act[c], started), (kept.get(c, 0) - act[c], ended)]
+                            if c in kept:
+                                terms.append((-kept[c], released[j, u, c, m]))
+                        for m in range(j + 1, min(n, j + k)):  # newer: its F(c) before j's op (its B cannot be)
+                            if at < u:
+                                terms += [(act[c], 1), (-act[c], self.order[d, j, m, at, u])]
+                    constant = sum(coef * var for coef, var in terms if isinstance(var, int))
+                    variable = [(coef, var) for coef, var in terms if not isinstance(var, int) and coef]
+                    model.add(sum(coef * var for coef, var in variable) + constant <= cap)
+
+    def _released(self, d: int, k: int, seq: list[Position],
+                  kept: dict[int, int]) -> dict[tuple[int, int, int, int], cp_model.IntVar]:
+        """(j, u, stage c, m) -> literal: j's op u (a forward) starts after W(c, m) ends, for the 2k microbatches m
+        before j; with its implications (W(c, m) ended, so B(c, m) had; an earlier W, a later forward, alike)."""
+        problem, model = self.problem, self.model
+        b_at = {s: t for t, (kind, s) in enumerate(seq) if kind is OpKind.B}
+        released: dict[tuple[int, int, int, int], cp_model.IntVar] = {}
+        for j in range(problem.num_microbatches):
+            for u, (kind, s) in enumerate(seq):
+                if kind is not OpKind.F:
+                    continue
+                now = problem.op(kind, s, j)
+                for c in kept:
+                    for m in range(max(0, j - 2 * k), j):
+                        w_op = problem.op(OpKind.W, c, m)
+                        literal = model.new_bool_var("")
+                        model.add(self.starts[now] >= self.end(w_op)).only_enforce_if(literal)
+                        model.add(self.end(w_op) >= self.starts[now] + 1).only_enforce_if(~literal)
+                        released[j, u, c, m] = literal
+        for (j, u, c, m), literal in released.items():
+            b_ended = self._ordered(d, m, j, u, b_at[c])
+            if not isinstance(b_ended, int):
+                model.add_implication(literal, b_ended)
+            later = tuple((j, v, c, m) for v in range(u + 1, len(seq)))
+            for key in ((j, u, c, m - 1), (j + 1, u, c, m)) + later:
+                if key in released:
+                    model.add_implication(literal, released[key])
+        return released
+
+
+def add(model: cp_model.CpModel, problem: Problem, starts: dict[Op, cp_model.IntVar], devices: Sequence[int]) -> int:
+    """Add the orders and memory of the module docstring for ``devices`` of the ticked ``problem`` to ``model``,
+    whose ``starts`` hold every op of those devices (their W too when the backward is split); how many pair-order
+    literals it made. Nothing without a budget."""
+    if problem.budget is None:
+        return 0
+    merges = _Merges(model, problem, starts, devices)
+    merges.add_orders()
+    merges.add_memory(problem.budget)
+    return len(merges.order)
