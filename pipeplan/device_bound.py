@@ -83,8 +83,9 @@ the order of two microbatches' ops (:mod:`pipeplan.merge_orders`): a literal per
 in flight, and the live memory at each forward's start as a sum over them, weight activations until W included.
 Every schedule in microbatch order meets them, so the optimum is unchanged; the proofs are far quicker. On P = 8,
 N = 16, V placement, budget 3, device 7's relaxation is proven optimal (66.69) in about 2.5 s with them, where the
-tree search below stays at 65.02 in 15 s without them; at budget 6 it proves 49.51, the optimizer's answer, in
-8 s. They are not added on one chunk, where the collision bound (:mod:`pipeplan.collision_bound`) covers the pairs.
+tree search below proves nothing above a floor of 65.02 in 15 s without them; at budget 6 it proves 49.51, the
+optimizer's answer, in 5 s. With them the solver runs CP-SAT's default search on one device too (see "Use"). They
+are not added on one chunk, where the collision bound (:mod:`pipeplan.collision_bound`) covers the pairs.
 
 **Use.** The relaxation is strongest where a device's budget binds and its chains are long (in loop placement the
 first device, whose first chunk's activations wait for the whole round trip; in V the last, at the turn);
@@ -97,7 +98,8 @@ P = 8, N = 16, V placement, budget 3, device 7 proved 64.47 in 8 s with it and 5
 other devices' memory was added; without those lags 63.86 and 61.21 in 15 s, with them 64.95 in 15 s with the
 tree search, while the default search proves that relaxation's optimum, 66.69, in 7.4 s; on P = 8, N = 16, loop,
 budget 3 it is the other way round: the tree search proves 78.71 optimal in 4.6 s, the default search 68.0 in
-10 s). With two chunks on
+10 s). Where the memory is also stated through orders (above), the default search proves more on one device
+than the tree search on most rows measured, and the solver runs it there. With two chunks on
 16 devices CP-SAT often cannot prove the relaxation's optimum within seconds, and the bound then stays where the
 closed form put it.
 """

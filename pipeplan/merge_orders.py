@@ -18,28 +18,28 @@ later j's op, or an earlier i's op, is ordered alike), and across neighbouring d
 at t on the other device comes later in the chain and i's op at u earlier (two chains moving in opposite
 directions cross once).
 
-**Memory.** Let s0 be the device's first stage (its first op is F(s0), its last B(s0)) and k the most
-activations of s0 the budget holds (k a <= M < (k + 1) a). If B(s0, i) had not ended when F(s0, i + k) starts,
-microbatches i .. i + k would all hold that activation (both kinds run in microbatch order): so every op of
-microbatch i + k on the device follows every op of microbatch i there, and only pairs less than k apart need
-literals. Memory only rises when a forward starts, so it is checked at each forward's start: a microbatch's
-activation of stage c is live there when its F(c) has started (a literal, or fixed by the positions) and its
-B(c) has not ended; after B(c) its weight activation stays until W(c) ends, for which each forward has a literal
-per older microbatch ("starts after W(c) of microbatch m ends", else that W ends at least a tick after it
-starts: times are whole ticks). The sum is linear in the literals and must fit the budget. Weight activations of
-microbatches more than 2k older are not counted (fewer terms only allow more). Activations are scaled to
-integers rounded down and the budget, with the memory tolerance, rounded down, which keeps every schedule that
-fits.
+**Memory.** Let s0 be the device's first stage (of its Fs and Bs the first is F(s0), the last B(s0)) and k the
+most activations of s0 the budget holds (k a <= M < (k + 1) a). If B(s0, i) had not ended when F(s0, i + k)
+starts, microbatches i .. i + k would all hold that activation (both kinds run in microbatch order): so every F
+and B of microbatch i + k on the device follows every F and B of microbatch i there, and only pairs less than k
+apart need literals. Memory only rises when a forward starts, so it is checked at each forward's start: a
+microbatch's activation of stage c is live there when its F(c) has started (a literal, or fixed by the
+positions) and its B(c) has not ended; after B(c) its weight activation stays until W(c) ends, for which each
+forward has a literal per older microbatch ("starts after W(c) of microbatch m ends", else that W starts after
+it ends: they share the device). The sum is linear in the literals and must fit the budget (the ticked problem's
+memory values are whole numbers, its budget with the replay's float slack). Weight activations of microbatches
+more than 2k older are not counted (fewer terms only allow more).
 
 **What it does.** Added to the device relaxation of device 7 of P = 8, N = 16, two chunks in V, budget 3 (the
 split-backward family: F:B:W = 1 : 1 : 0.5, comm 0.03, weight_activation 0.35), the relaxation is proven
-optimal at 66.69 in about 2.5 s with two workers, where with the cumulative alone it stays at its floor of 65.02
-after 15 s; N = 16, budget 6: 49.51 in 8 s, the answer, so that row is proven optimal. Over the whole pipeline
+optimal at 66.69 in about 2.5 s with two workers and the best warm start as the hint, where with the cumulative
+alone CP-SAT's lower-bound tree search (which the solver ran on one device before) proves nothing above a floor of
+65.02 in 15 s; N = 16, budget 6: 49.51, the answer, in 5 s, so that row is proven optimal. Over the whole pipeline
 (every device's ops and these constraints on each) the model is too large to prove: on P = 8, N = 16, V, budget 3
 it reached 65.0 to 66.4 in 20 s, and in the solver, before the whole-model search, it took time from the device
 relaxations and gave nothing at 60 s per row. Without the W passes' device time and weight activations its optimum
-there is 64.19, exactly the whole problem's optimum with weight activation 0: the orders state memory exactly,
-and what those rows lose lies in the weight activations waiting for W.
+there is 64.19, exactly the whole problem's optimum with weight activation 0 (on that row, memory through orders
+loses nothing, and what the row loses lies in the weight activations waiting for W).
 """
 
 from __future__ import annotations
@@ -49,14 +49,10 @@ from collections.abc import Sequence
 
 from ortools.sat.python import cp_model
 
-from pipeplan.metrics import MEMORY_TOLERANCE
 from pipeplan.problem import Op, OpKind, Problem
 
 # The most literals (pair orders and W-release literals, :func:`literal_count`) added to one relaxation.
 MAX_LITERALS = 40_000
-
-# Memory units per activation unit in the linear memory rows (activations rounded down, which only relaxes).
-MEMORY_SCALE = 10_000
 
 Position = tuple[OpKind, int]  # (kind, model stage) of a device's op, any microbatch
 
@@ -77,6 +73,12 @@ def width(problem: Problem, device: int) -> int:
     if act <= 0:
         return n
     return min(n, max(1, int(math.floor(problem.budget[device] / act + 1e-9))))
+
+
+def _whole(value: float) -> int:
+    """A memory value of the ticked problem (a whole number of ticks, the budget's float slack included) as an
+    int; rounded down, which only relaxes, should it not be whole."""
+    return int(math.floor(value + 1e-9))
 
 
 def _weighted(problem: Problem, device: int) -> list[int]:
@@ -170,9 +172,9 @@ class _Merges:
         n = problem.num_microbatches
         for d in self.devices:
             k, seq = width(problem, d), sequence(problem, d)
-            cap = int(math.floor(budget[d] * (1 + MEMORY_TOLERANCE) * MEMORY_SCALE))
-            act = {s: int(math.floor(problem.activation[s] * MEMORY_SCALE)) for s in problem.stages_on_device(d)}
-            kept = {s: int(math.floor(problem.weight_activation[s] * MEMORY_SCALE)) for s in _weighted(problem, d)}
+            cap = _whole(budget[d])
+            act = {s: _whole(problem.activation[s]) for s in problem.stages_on_device(d)}
+            kept = {s: _whole(problem.weight_activation[s]) for s in _weighted(problem, d)}
             f_at = {s: t for t, (kind, s) in enumerate(seq) if kind is OpKind.F}
             b_at = {s: t for t, (kind, s) in enumerate(seq) if kind is OpKind.B}
             released = self._released(d, k, seq, kept)
@@ -210,11 +212,7 @@ class _Merges:
                 now = problem.op(kind, s, j)
                 for c in kept:
                     for m in range(max(0, j - 2 * k), j):
-                        w_op = problem.op(OpKind.W, c, m)
-                        literal = model.new_bool_var("")
-                        model.add(self.starts[now] >= self.end(w_op)).only_enforce_if(literal)
-                        model.add(self.end(w_op) >= self.starts[now] + 1).only_enforce_if(~literal)
-                        released[j, u, c, m] = literal
+                        released[j, u, c, m] = self.after(now, problem.op(OpKind.W, c, m))
         for (j, u, c, m), literal in released.items():
             b_ended = self._ordered(d, m, j, u, b_at[c])
             if not isinstance(b_ended, int):

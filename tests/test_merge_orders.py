@@ -1,28 +1,27 @@
 """Memory stated through orders (pipeplan.merge_orders): the device sequences, where it applies, and the
 constraints on the whole pipeline (every op, every device's no-overlap, no cumulative) against every feasible
-order of tiny problems with chunks and against optima proven without them. In the device relaxations:
-test_device_bound.py."""
+order of tiny problems with chunks, against optima proven without them, and every warm start of random problems
+with unequal costs meeting them. In the device relaxations: test_device_bound.py."""
 
 from __future__ import annotations
 
 from exhaustive import brute_force, examples, family, proven_optimum, small_problems, tiny_chunk_problems
 from hypothesis import HealthCheck, assume, given, settings
 from ortools.sat.python import cp_model
+from strategies import binding_problems
+from test_device_bound import _relabelled
 
-from pipeplan import Problem
+from pipeplan import Problem, simulate
 from pipeplan.merge_orders import MAX_LITERALS, add, applies, literal_count, sequence, width
-from pipeplan.problem import OpKind
-from pipeplan.solver import tick_problem
+from pipeplan.problem import Op, OpKind
+from pipeplan.solver import tick_problem, warm_starts
 
 EPS = 1e-9
 
 
-def whole_pipeline(problem: Problem, limit_s: float = 5.0) -> tuple[float, bool]:
-    """(The bound CP-SAT proves on every op of ``problem`` (two or more chunks) with its dependencies, each kind in
-    microbatch order per stage, no overlap per device and memory only as this module states it, in the problem's
-    unit; whether it is optimal)."""
-    ticked, scale, exact = tick_problem(problem)
-    assert exact
+def whole_pipeline_model(ticked: Problem) -> tuple[cp_model.CpModel, dict[Op, cp_model.IntVar]]:
+    """Every op of the ticked problem (two or more chunks) with its dependencies, each kind in microbatch order per
+    stage, no overlap per device and memory only as this module states it, minimizing the makespan; its starts."""
     model = cp_model.CpModel()
     horizon = int(ticked.total_time()) + 1
     ops = ticked.ops_in_dependency_order()
@@ -40,6 +39,15 @@ def whole_pipeline(problem: Problem, limit_s: float = 5.0) -> tuple[float, bool]
                               for op in ops if ticked.device_of(op.stage) == d])
     add(model, ticked, starts, range(ticked.num_devices))
     model.minimize(makespan)
+    return model, starts
+
+
+def whole_pipeline(problem: Problem, limit_s: float = 5.0) -> tuple[float, bool]:
+    """(The bound CP-SAT proves on :func:`whole_pipeline_model` of ``problem``, in the problem's unit; whether it
+    is optimal)."""
+    ticked, scale, exact = tick_problem(problem)
+    assert exact
+    model, _ = whole_pipeline_model(ticked)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = limit_s
     solver.parameters.num_workers = 2
@@ -82,3 +90,23 @@ def test_never_above_an_optimum_proven_without_it(problem: Problem) -> None:
     assume(optimum is not None)
     assert optimum is not None
     assert whole_pipeline(problem)[0] <= optimum + EPS
+
+
+@settings(max_examples=examples(15, 25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(binding_problems())
+def test_every_warm_start_meets_them_on_every_device(problem: Problem) -> None:
+    """The constraints are a theorem about schedules in microbatch order: every warm start of random problems with
+    unequal costs and activations (split or not, budgets from one microbatch up), relabelled into that order, is
+    accepted by the whole-pipeline model with its start times fixed (the literals then follow from the times)."""
+    assume(problem.num_chunks > 1)
+    ticked, _, _ = tick_problem(problem)
+    for candidate in warm_starts(problem, "makespan"):
+        start = _relabelled(ticked, simulate(ticked, candidate.schedule))
+        model, starts = whole_pipeline_model(ticked)
+        for op, variable in starts.items():
+            model.add(variable == start[op])
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = 10
+        solver.parameters.num_workers = 1
+        status = solver.solve(model)
+        assert status in (cp_model.OPTIMAL, cp_model.FEASIBLE), (candidate.schedule.name, solver.status_name(status))
