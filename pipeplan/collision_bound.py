@@ -52,6 +52,7 @@ from ortools.sat.python import cp_model
 
 from pipeplan import cpsat
 from pipeplan.device_bound import Relaxation, chains
+from pipeplan.merge_orders import order_literal
 from pipeplan.problem import Op, OpKind, Problem
 from pipeplan.simulate import Timeline
 from pipeplan.spacing import add_spacing_cuts
@@ -148,9 +149,7 @@ def relaxation(problem: Problem, floor: int = 0, spacings: Mapping[int, int] | N
                 if j - i >= widths[d]:
                     continue  # ordered by memory already
                 f_j, b_i = problem.op(OpKind.F, d, j), problem.op(OpKind.B, d, i)
-                after = model.new_bool_var("")
-                model.add(starts[f_j] >= end(b_i)).only_enforce_if(after)
-                model.add(starts[b_i] >= end(f_j)).only_enforce_if(~after)
+                after = order_literal(model, starts[f_j], end(f_j), starts[b_i], end(b_i))
                 if crossed:
                     model.add_implication(crossed[-1], after)
                 crossed.append(after)

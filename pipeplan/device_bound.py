@@ -196,6 +196,8 @@ class Relaxation:
     model: cp_model.CpModel
     starts: dict[Op, cp_model.IntVar]
     objective: cp_model.IntVar
+    # Whether its memory is also stated through orders (:mod:`pipeplan.merge_orders`).
+    ordered_memory: bool = False
 
     def add_hint(self, timeline: Timeline) -> None:
         """Hint a whole schedule's starts (ticks, first op at 0) for the relaxation's ops."""
@@ -256,14 +258,15 @@ def relaxation(problem: Problem, device: int | Sequence[int], objective: str = "
             _add_lags(model, problem, memory_precedences_of(problem, d), starts)
         if other_memory:
             _add_lags(model, problem, other_memory_lags(problem, d, found), starts)
-    if merges and merge_orders.applies(problem, group):
+    ordered_memory = merges and merge_orders.applies(problem, group)
+    if ordered_memory:
         merge_orders.add(model, problem, starts, group)
     if spacings and 0 in stages:
         add_spacing_cuts(model, problem, starts, spacings)
     if floor > 0:
         model.add(objective_var >= floor)
     model.minimize(objective_var)
-    return Relaxation(model, starts, objective_var)
+    return Relaxation(model, starts, objective_var, ordered_memory)
 
 
 def memory_counts(problem: Problem, device: int) -> list[tuple[int, int]]:

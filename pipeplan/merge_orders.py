@@ -75,6 +75,11 @@ def width(problem: Problem, device: int) -> int:
     return min(n, max(1, int(math.floor(problem.budget[device] / act + 1e-9))))
 
 
+def _positions(seq: list[Position], kind: OpKind) -> dict[int, int]:
+    """Stage -> position of its op of ``kind`` in a device's sequence."""
+    return {s: t for t, (of_kind, s) in enumerate(seq) if of_kind is kind}
+
+
 def _whole(value: float) -> int:
     """A memory value of the ticked problem (a whole number of ticks, the budget's float slack included) as an
     int; rounded down, which only relaxes, should it not be whole."""
@@ -115,6 +120,16 @@ def applies(problem: Problem, devices: Sequence[int]) -> bool:
     return literal_count(problem, devices) <= MAX_LITERALS
 
 
+def order_literal(model: cp_model.CpModel, later_start: cp_model.LinearExprT, later_end: cp_model.LinearExprT,
+                  earlier_start: cp_model.LinearExprT, earlier_end: cp_model.LinearExprT) -> cp_model.IntVar:
+    """A literal for two ops of one device: true, the later one starts after the earlier one ends; false, the
+    earlier one starts after the later one ends."""
+    literal = model.new_bool_var("")
+    model.add(later_start >= earlier_end).only_enforce_if(literal)
+    model.add(earlier_start >= later_end).only_enforce_if(~literal)
+    return literal
+
+
 class _Merges:
     """The literals and constraints of the module docstring for some devices of a model (ticks)."""
 
@@ -122,6 +137,10 @@ class _Merges:
                  devices: Sequence[int]) -> None:
         self.model, self.problem, self.starts, self.devices = model, problem, starts, list(devices)
         self.duration = {op: int(problem.duration(op)) for op in starts}
+        self.width = {d: width(problem, d) for d in self.devices}
+        self.sequence = {d: sequence(problem, d) for d in self.devices}
+        self.f_at = {d: _positions(seq, OpKind.F) for d, seq in self.sequence.items()}
+        self.b_at = {d: _positions(seq, OpKind.B) for d, seq in self.sequence.items()}
         # (device, older i, newer j, position t, position u): j's op t starts after i's op u ends (t < u)
         self.order: dict[tuple[int, int, int, int, int], cp_model.IntVar] = {}
 
@@ -129,20 +148,17 @@ class _Merges:
         return self.starts[op] + self.duration[op]
 
     def after(self, later: Op, earlier: Op) -> cp_model.IntVar:
-        """A literal: ``later`` starts after ``earlier`` ends, else ``earlier`` starts after ``later`` ends."""
-        literal = self.model.new_bool_var("")
-        self.model.add(self.starts[later] >= self.end(earlier)).only_enforce_if(literal)
-        self.model.add(self.starts[earlier] >= self.end(later)).only_enforce_if(~literal)
-        return literal
+        """:func:`order_literal` of two ops."""
+        return order_literal(self.model, self.starts[later], self.end(later), self.starts[earlier], self.end(earlier))
 
     def add_orders(self) -> None:
         """The pair literals with their implications, and the memory precedence of pairs k apart."""
         problem, model = self.problem, self.model
         n = problem.num_microbatches
         rank = {(op.kind, op.stage): i for i, op in enumerate(problem.ops_in_dependency_order([0]))}
-        seqs = {d: sequence(problem, d) for d in self.devices}
+        seqs = self.sequence
         for d in self.devices:
-            k, seq = width(problem, d), seqs[d]
+            k, seq = self.width[d], seqs[d]
             for i in range(n - k):  # all of i + k after all of i
                 model.add(self.starts[problem.op(*seq[0], i + k)] >= self.end(problem.op(*seq[-1], i)))
             for i in range(n):
@@ -162,7 +178,7 @@ class _Merges:
 
     def _ordered(self, d: int, older: int, newer: int, t: int, u: int) -> int | cp_model.IntVar:
         """1 when newer's op t surely starts after older's op u ends, else the pair's literal."""
-        if t >= u or newer - older >= width(self.problem, d):
+        if t >= u or newer - older >= self.width[d]:
             return 1
         return self.order[d, older, newer, t, u]
 
@@ -171,13 +187,11 @@ class _Merges:
         problem, model = self.problem, self.model
         n = problem.num_microbatches
         for d in self.devices:
-            k, seq = width(problem, d), sequence(problem, d)
+            k, seq, f_at, b_at = self.width[d], self.sequence[d], self.f_at[d], self.b_at[d]
             cap = _whole(budget[d])
             act = {s: _whole(problem.activation[s]) for s in problem.stages_on_device(d)}
             kept = {s: _whole(problem.weight_activation[s]) for s in _weighted(problem, d)}
-            f_at = {s: t for t, (kind, s) in enumerate(seq) if kind is OpKind.F}
-            b_at = {s: t for t, (kind, s) in enumerate(seq) if kind is OpKind.B}
-            released = self._released(d, k, seq, kept)
+            released = self._released(d, kept)
             for j in range(n):
                 for u, (kind, _) in enumerate(seq):
                     if kind is not OpKind.F:
@@ -198,12 +212,12 @@ class _Merges:
                     variable = [(coef, var) for coef, var in terms if not isinstance(var, int) and coef]
                     model.add(sum(coef * var for coef, var in variable) + constant <= cap)
 
-    def _released(self, d: int, k: int, seq: list[Position],
-                  kept: dict[int, int]) -> dict[tuple[int, int, int, int], cp_model.IntVar]:
+    def _released(self, d: int, kept: dict[int, int]) -> dict[tuple[int, int, int, int], cp_model.IntVar]:
         """(j, u, stage c, m) -> literal: j's op u (a forward) starts after W(c, m) ends, for the 2k microbatches m
-        before j; with its implications (W(c, m) ended, so B(c, m) had; an earlier W, a later forward, alike)."""
+        before j (c the stages of ``kept``); with its implications (W(c, m) ended, so B(c, m) had; an earlier W, a
+        later forward, alike)."""
         problem, model = self.problem, self.model
-        b_at = {s: t for t, (kind, s) in enumerate(seq) if kind is OpKind.B}
+        k, seq, b_at = self.width[d], self.sequence[d], self.b_at[d]
         released: dict[tuple[int, int, int, int], cp_model.IntVar] = {}
         for j in range(problem.num_microbatches):
             for u, (kind, s) in enumerate(seq):
@@ -224,13 +238,12 @@ class _Merges:
         return released
 
 
-def add(model: cp_model.CpModel, problem: Problem, starts: dict[Op, cp_model.IntVar], devices: Sequence[int]) -> int:
+def add(model: cp_model.CpModel, problem: Problem, starts: dict[Op, cp_model.IntVar], devices: Sequence[int]) -> None:
     """Add the orders and memory of the module docstring for ``devices`` of the ticked ``problem`` to ``model``,
-    whose ``starts`` hold every op of those devices (their W too when the backward is split); how many pair-order
-    literals it made. Nothing without a budget."""
+    whose ``starts`` hold every op of those devices (their W too when the backward is split). Nothing without a
+    budget."""
     if problem.budget is None:
-        return 0
+        return
     merges = _Merges(model, problem, starts, devices)
     merges.add_orders()
     merges.add_memory(problem.budget)
-    return len(merges.order)

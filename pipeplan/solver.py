@@ -37,18 +37,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from pipeplan import (
-    collision_bound,
-    cpsat,
-    device_bound,
-    fluid_bound,
-    lattice,
-    lns,
-    merge_orders,
-    periodic,
-    schedules,
-    spacing,
-)
+from pipeplan import collision_bound, cpsat, device_bound, fluid_bound, lattice, lns, periodic, schedules, spacing
 from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
@@ -957,7 +946,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         # device 7: the optimum, 118.79, against 115.46; P=16, N=32, V, budget 6, device 15: the optimum, 128.55, in
         # 11 s against 127.05 in 20 s; P=8, N=16, V, budget 6: the optimum in 5.0 s against 8.3 s (the tree search
         # ahead only on P=16, N=64, V, budget 6, device 0: 215.30 against 214.06).
-        solver.parameters.optimize_with_lb_tree_search = len(group) == 1 and not merge_orders.applies(ticked, group)
+        solver.parameters.optimize_with_lb_tree_search = len(group) == 1 and not relaxation.ordered_memory
         if report is not None:
             solver.best_bound_callback = proven
         status = _run_search(solver, relaxation.model, None, stop)
