@@ -151,6 +151,11 @@ DEVICE_MIN_S = 2.0
 # proven within the seconds left on any row with P <= 16) and took the rest of DEVICE_GROUP_S.
 DEVICE_GROUP_S = 8.0
 DEVICE_GROUP_MAX = 3
+# On one device with the memory stated through orders, the quick targets of device_bound.prove_by_targets get at
+# most this share of the relaxation's time before its optimization, and when that ends unproven, the targets get
+# TARGETS_SHARE of the time left.
+TARGETS_QUICK = 0.25
+TARGETS_SHARE = 0.4
 # Nor do they run on two or more chunks in loop placement from this many devices up: there a device holds a
 # chunk's activations through a round trip over every other device, which its relaxation sees only as chains,
 # and the fluid bound and the window bound prove what it would. On the memory wall's six such rows at P=16 (N=32
@@ -932,10 +937,22 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
             reported = ticks
             report(ticks)
 
-    def relax(group: list[int], end: float) -> bool:
-        """Prove what CP-SAT can on the relaxation of ``group`` until ``end``; whether it proved the optimum."""
+    def relax(group: list[int], end: float, first: bool = False) -> bool:
+        """Prove what CP-SAT can on the relaxation of ``group`` until ``end`` (the ``first`` one tried: targets
+        after its optimization too, see below); whether it proved the optimum."""
         nonlocal best
         relaxation = device_bound.relaxation(ticked, group, settings.objective, floor=int(best), spacings=deltas)
+        # One device with the memory stated through orders: targets (device_bound.prove_by_targets) before and after
+        # the optimization, which often prove more there than its bound does: first the quick ones (until one is not
+        # decided in its time, within TARGETS_QUICK of the relaxation's time), whose bound the optimization starts
+        # from, then, on the first device tried when its optimization ends unproven, TARGETS_SHARE of the time left
+        # (the neighbourhood search's; on the next device that time was lost on the rows measured).
+        targets = len(group) == 1 and relaxation.ordered_memory
+        if targets:
+            now = time.monotonic()
+            if by_targets(relaxation, incumbent_ticks, now + TARGETS_QUICK * max(0.0, end - now), quick=True):
+                return True
+            relaxation.model.add(relaxation.objective >= int(best))
         relaxation.add_hint(hint)
         solver = _solver(settings, end)
         # Only the bound counts here, and on one device CP-SAT's lower-bound tree search proves it sooner: on the
@@ -959,7 +976,25 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         log.info("devices %s relaxation: %s, bound %s ticks", group, solver.status_name(status),
                  solver.best_objective_bound)
         best = max(best, solver.best_objective_bound)
-        return status == cp_model.OPTIMAL
+        if status == cp_model.OPTIMAL or not targets or not first:
+            return status == cp_model.OPTIMAL
+        now = time.monotonic()
+        return by_targets(relaxation, solver.objective_value if status == cp_model.FEASIBLE else incumbent_ticks,
+                          now + TARGETS_SHARE * max(0.0, deadline - now))
+
+    def by_targets(relaxation: device_bound.Relaxation, reached: float, end: float, quick: bool = False) -> bool:
+        """Prove what the targets can on ``relaxation``, whose objective reaches ``reached`` (ticks; infinite when
+        not known: its horizon then), until ``end``; whether they proved its optimum."""
+        nonlocal best
+        lower, optimal = device_bound.prove_by_targets(
+            relaxation, int(math.ceil(best - _EPS)), min(int(max(relaxation.objective.proto.domain)),
+                                                         int(math.floor(min(reached, _MAX_TICKS) + _EPS))), end,
+            lambda model, capped, seconds: _decide(settings, model, capped, seconds, stop), report=proven,
+            should_stop=lambda: stop is not None and stop.requested, quick=quick)
+        log.info("relaxation by targets%s: bound %s ticks%s", " (quick)" if quick else "", lower,
+                 " (optimal)" if optimal else "")
+        best = max(best, lower)
+        return optimal
 
     def done(end: float) -> bool:
         return (end - time.monotonic() < 0.05 or best >= incumbent_ticks - _EPS
@@ -972,7 +1007,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     for d in devices:
         if done(until):
             break
-        solved += relax([d], until)
+        solved += relax([d], until, first=d == devices[0])
     # Groups only when every device alone was solved: where one was not, a group, a harder model, would not be.
     if len(devices) > 1 and solved == len(devices):
         group: list[int] | None = list(devices)
@@ -980,6 +1015,19 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         while group is not None and not done(groups_until) and relax(group, groups_until):
             group = device_bound.grown(ticked, group) if len(group) < DEVICE_GROUP_MAX else None
     return best if best > start else 0.0
+
+
+def _decide(settings: SolverSettings, model: cp_model.CpModel, capped: cp_model.IntVar, seconds: float,
+            stop: StopRequest | None) -> tuple[cp_model.CpSolverStatus, int | None]:
+    """CP-SAT on the decision ``model`` (a relaxation with its objective ``capped``, no objective to minimize) for
+    at most ``seconds``: (status, ``capped``'s value in its solution, or None without one)."""
+    solver = _solver(settings, time.monotonic() + seconds)
+    status = _run_search(solver, model, None, stop)
+    if status == cp_model.MODEL_INVALID:
+        raise RuntimeError(f"CP-SAT answered MODEL_INVALID on a relaxation's target: {solver.solution_info()}")
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return status, int(solver.value(capped))
+    return status, None
 
 
 def _search_deadline(deadline: float, num_ops: int) -> float:

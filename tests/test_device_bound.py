@@ -38,6 +38,7 @@ from pipeplan.device_bound import (
     grown,
     memory_counts,
     other_memory_lags,
+    prove_by_targets,
     relaxation,
 )
 from pipeplan.problem import Op, OpKind
@@ -489,3 +490,108 @@ def test_a_relaxation_that_ends_unknown_keeps_its_proven_bound(searches_end_unkn
                                         incumbent, math.inf)
     assert proven and max(proven) > floor
     assert found == max(proven)
+
+
+def _by_targets(problem: Problem, device: int, objective: str, limit_s: float, quick: bool = False,
+                ceiling: float | None = None) -> tuple[float, bool, list[int]]:
+    """(the bound the targets prove on ``device``'s relaxation within ``limit_s``, in the problem's unit; whether
+    they proved its optimum; every bound reported, in ticks), from no floor up to ``ceiling`` (the relaxation's
+    horizon when None), with the real CP-SAT as the solver runs it."""
+    ticked, scale, _ = tick_problem(problem)
+    model = relaxation(ticked, device, objective)
+    top = int(max(model.objective.proto.domain)) if ceiling is None else int(round(ceiling * scale))
+    reports: list[int] = []
+    lower, optimal = prove_by_targets(
+        model, 0, top, time.monotonic() + limit_s,
+        lambda m, capped, seconds: solver_module._decide(solver_module.SolverSettings(), m, capped, seconds, None),
+        report=reports.append, quick=quick)
+    return lower / scale, optimal, reports
+
+
+@settings(max_examples=examples(8, 20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(tiny_problems(), tiny_chunk_problems()), st.sampled_from(OBJECTIVES))
+def test_targets_never_prove_more_than_a_feasible_order_of_tiny_problems(problem: Problem, objective: str) -> None:
+    """The targets' bound on any device is at most every feasible schedule's value, and when they say optimal it is
+    the relaxation's optimum as CP-SAT's optimization proves it."""
+    for device in range(problem.num_devices):
+        bound, optimal, reports = _by_targets(problem, device, objective, 3.0)
+        least = min(value_of(timeline, objective) for timeline in feasible_timelines(problem))
+        assert bound <= least + EPS
+        assert reports == sorted(set(reports))  # each report above the one before
+        solved, proven = _solve(problem, device, objective, limit_s=3)
+        if optimal and proven:
+            assert bound == pytest.approx(solved)
+
+
+@settings(max_examples=examples(5, 15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(larger_problems(), st.sampled_from(OBJECTIVES))
+def test_targets_never_prove_more_than_a_warm_start(problem: Problem, objective: str) -> None:
+    """On random problems with unequal costs and activations (one and two chunks, loop and V): every named schedule,
+    greedy rule and pattern that fits is feasible, so no target bound exceeds one, whatever the time given (the
+    quick run and a longer one), from the best warm start as the ceiling."""
+    candidates = warm_starts(problem, objective)
+    for device in devices_to_try(problem)[:2]:
+        for quick, limit_s in ((True, 0.3), (False, 1.0)):
+            bound, _, _ = _by_targets(problem, device, objective, limit_s, quick=quick,
+                                      ceiling=candidates[0].objective)
+            for candidate in candidates:
+                assert bound <= candidate.objective + EPS, candidate.schedule.name
+
+
+def test_targets_reach_the_optimum_of_a_relaxation_and_quick_ones_stop_at_the_first_undecided() -> None:
+    """P=4, N=8, two chunks in loop, budget 2 (the split-backward family): device 0's relaxation, whose optimum
+    CP-SAT's optimization proves at 30.71, is proven optimal by the targets alone; a quick run with too little time
+    to decide its first target proves nothing above the floor."""
+    problem = family(4, 8, 2).with_layout(2, "loop")
+    solved, proven = _solve(problem, 0, limit_s=30)
+    assert proven and solved == pytest.approx(30.71)
+    bound, optimal, reports = _by_targets(problem, 0, "makespan", 30.0)
+    assert optimal and bound == pytest.approx(solved)
+    assert reports and reports == sorted(set(reports))
+    assert _by_targets(problem, 0, "makespan", 0.01, quick=True)[:2] == (0.0, False)
+
+
+def test_below_a_target_is_infeasible_exactly_up_to_the_optimum() -> None:
+    """A relaxation capped below its optimum has no solution; capped one tick above, it has one at the optimum
+    (P=4, N=8, two chunks in loop, budget 2, device 0: 3071 ticks)."""
+    ticked, _, _ = tick_problem(family(4, 8, 2).with_layout(2, "loop"))
+    model = relaxation(ticked, 0, "makespan")
+    for target, expected in ((3071, cp_model.INFEASIBLE), (3072, cp_model.OPTIMAL)):
+        capped_model, capped = model.below(target)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = 30
+        solver.parameters.num_workers = 2
+        assert solver.solve(capped_model) == expected
+        if expected == cp_model.OPTIMAL:
+            assert solver.value(capped) == 3071
+    assert len(model.model.proto.constraints) < len(capped_model.proto.constraints)  # the model itself unchanged
+
+
+def test_targets_climb_then_halve_towards_an_undecided_one() -> None:
+    """The targets' steps on a decision procedure of known behaviour (the optimum at 100 ticks: every target up to
+    it proven infeasible, any above 110 undecided, the others answered with a solution just below the target):
+    they end at the optimum, never ask above a solution found, and a quick run stops at the first undecided one."""
+    asked: list[int] = []
+    least = [1000]  # the least solution so far (the ceiling first)
+    ticked, _, _ = tick_problem(family(2, 2, 2))
+    model = relaxation(ticked, 0, "makespan")
+
+    def decide(capped_model: cp_model.CpModel, capped: cp_model.IntVar, seconds: float
+               ) -> tuple[cp_model.CpSolverStatus, int | None]:
+        constraints = capped_model.proto.constraints  # (no negative index: CP-SAT's proto wrappers crash on one)
+        target = int(max(constraints[len(constraints) - 1].linear.domain)) + 1  # "objective <= target - 1"
+        assert target <= least[0]
+        asked.append(target)
+        if target <= 100:
+            return cp_model.INFEASIBLE, None
+        if target > 110:
+            return cp_model.UNKNOWN, None
+        least[0] = min(least[0], target - 1)
+        return cp_model.OPTIMAL, target - 1
+
+    assert prove_by_targets(model, 0, 1000, time.monotonic() + 60, decide) == (100, True)
+    assert asked[:3] == [125, 62, 93]  # an eighth of the way, undecided; halfway to it, then a step twice as long
+    asked.clear()
+    least[0] = 1000
+    assert prove_by_targets(model, 0, 1000, time.monotonic() + 60, decide, quick=True) == (0, False)
+    assert asked == [125]
