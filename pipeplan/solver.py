@@ -154,7 +154,7 @@ DEVICE_GROUP_MAX = 3
 # On one device with the memory stated through orders, the quick targets of device_bound.prove_by_targets get at
 # most this share of the relaxation's time before its optimization, and when that ends unproven, the targets get
 # TARGETS_SHARE of the time left.
-TARGETS_QUICK = 0.25
+TARGETS_QUICK = 0.5
 TARGETS_SHARE = 0.4
 # Nor do they run on two or more chunks in loop placement from this many devices up: there a device holds a
 # chunk's activations through a round trip over every other device, which its relaxation sees only as chains,
@@ -943,10 +943,11 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         nonlocal best
         relaxation = device_bound.relaxation(ticked, group, settings.objective, floor=int(best), spacings=deltas)
         # One device with the memory stated through orders: targets (device_bound.prove_by_targets) before and after
-        # the optimization, which often prove more there than its bound does: first the quick ones (until one is not
-        # decided in its time, within TARGETS_QUICK of the relaxation's time), whose bound the optimization starts
-        # from, then, on the first device tried when its optimization ends unproven, TARGETS_SHARE of the time left
-        # (the neighbourhood search's; on the next device that time was lost on the rows measured).
+        # the optimization, which often prove more there than its bound does: first within TARGETS_QUICK of the
+        # relaxation's time (and only until one is undecided when none was proven: where the first is not, the
+        # optimization proves more), whose bound the optimization starts from; then, on the first device tried when
+        # its optimization ends unproven, TARGETS_SHARE of the time left (the neighbourhood search's; on the next
+        # device that time was lost on the rows measured).
         targets = len(group) == 1 and relaxation.ordered_memory
         if targets:
             now = time.monotonic()

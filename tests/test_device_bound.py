@@ -365,7 +365,7 @@ def test_memory_precedences_do_not_change_the_optimum(problem: Problem) -> None:
         assert with_them == pytest.approx(without)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8, 15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(), st.sampled_from(OBJECTIVES))
 def test_memory_through_orders_does_not_change_the_optimum(problem: Problem, objective: str) -> None:
     assume(problem.num_chunks > 1)
