@@ -276,7 +276,7 @@ def test_one_device_is_the_whole_problem(n: int, layout: tuple[int, str], split:
     assert value == pytest.approx(optimum)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(6, 10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(2, 3), st.sampled_from([(1, "loop"), (2, "loop"), (2, "v")]), st.booleans(),
        st.integers(min_value=0, max_value=8).map(lambda x: x / 8), st.data())
 def test_every_device_exact_at_once_is_the_whole_problem(n: int, layout: tuple[int, str], split: bool,
@@ -392,7 +392,7 @@ def test_memory_through_orders_lets_the_solver_prove_a_device_relaxation() -> No
     assert solver.objective_value / scale == pytest.approx(66.69)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(5, 8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(larger_problems(), st.sampled_from(OBJECTIVES))
 def test_bound_never_exceeds_a_warm_start(problem: Problem, objective: str) -> None:
     """Every named schedule, greedy rule and pattern that fits the budget is a feasible schedule."""
