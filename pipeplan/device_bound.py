@@ -217,7 +217,6 @@ class Relaxation:
         for op, var in self.starts.items():
             self.model.add_hint(var, int(round(starts[op])))
 
-
     def below(self, target: int) -> tuple[cp_model.CpModel, cp_model.IntVar]:
         """A copy of the model, without objective or hints, whose objective is below ``target`` (ticks), and that
         objective in the copy: INFEASIBLE proves the relaxation's optimum, and so the problem's, at least
@@ -254,35 +253,37 @@ def prove_by_targets(relaxation: Relaxation, floor: int, ceiling: int, until: fl
     relaxations with the memory stated through orders CP-SAT proves a cap infeasible far sooner than its
     optimization raises its bound there: on the split-backward family at P = 8, N = 32, two chunks in V, budget
     3, device 7, "below 116" is proven infeasible in 1.2 s and "below 118" in 21 s, where minimizing stays at
-    113.80 after 30 s. Proving grows much harder near the optimum, so the targets climb from the floor in steps
-    that double while each is proven, and when one is not decided within its share of the time left, the next lies
-    halfway to it (a bisection between the bound and the least undecided target); none lies above a solution
-    found.
+    113.80 after 25 s (2 workers, no floor, no window cuts). Proving grows much harder near the optimum, so the
+    targets climb from the floor in steps that double while each is proven, and when one is not decided within
+    its share of the time left, the next lies halfway to it (a bisection between the bound and the least
+    undecided target, which is not asked again); none lies above a solution found. The optimum is claimed only
+    when a solution meets the bound.
     """
     lower, upper = floor, ceiling  # lower: proven; upper: reached by a solution
-    undecided = upper  # the least target not decided in its time
+    undecided = upper + 1  # the least target left undecided in its time (none yet: above every one asked)
     step = max(1, int((upper - lower) * FIRST_STEP))
     while lower < upper:
         left = until - time.monotonic()
-        if left < 0.05 or should_stop():
+        target = min(lower + step, upper, undecided - 1)  # asked again with less time, one would stay undecided
+        if left < 0.05 or should_stop() or target <= lower:
             break
-        target = min(lower + step, upper)
         status, value = solve(*relaxation.below(target), left * PROBE_SHARE)
         if status == cp_model.INFEASIBLE:
             lower = target
-            step = min(2 * step, max(1, (undecided - lower) // 2))
+            step = min(2 * step, max(1, (min(undecided, upper) - lower) // 2))
             if report is not None:
                 report(lower)
         elif value is not None:  # a solution below the target: no bound above its value can be proven
+            if value < lower:
+                raise RuntimeError(f"a relaxation's solution at {value} ticks is below its proven bound {lower}")
             upper = min(upper, value)
-            undecided = min(undecided, upper)
             step = min(step, max(1, (upper - lower) // 2))
         elif target - lower > 1 and not (quick and lower == floor):  # undecided in its time: halfway to it next
             undecided = target
             step = (target - lower) // 2
         else:
             break
-    return lower, lower >= upper
+    return lower, lower == upper
 
 
 def relaxation(problem: Problem, device: int | Sequence[int], objective: str = "makespan", floor: int = 0,

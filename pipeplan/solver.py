@@ -919,7 +919,9 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     ``report``, when given, hears each bound above ``floor_ticks`` rounded up to whole ticks and above
     every one before it (ticks) as CP-SAT proves it, so that progress shows while a relaxation runs (it is called
     from CP-SAT's thread, one call at a time). ``seconds``, when given, replaces that share (never past the
-    deadline)."""
+    deadline). One exception: on the first device, where its memory is stated through orders and its minimization
+    ends unproven, the targets after it take :data:`TARGETS_SHARE` of the time left beyond that share (the
+    neighbourhood search's; see ``relax`` below)."""
     now = time.monotonic()
     share = DEVICE_SHARE * max(0.0, deadline - now) if seconds is None else seconds
     until = min(deadline, now + share)
@@ -980,7 +982,8 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         if status == cp_model.OPTIMAL or not targets or not first:
             return status == cp_model.OPTIMAL
         now = time.monotonic()
-        return by_targets(relaxation, solver.objective_value if status == cp_model.FEASIBLE else incumbent_ticks,
+        reached = min(solver.objective_value, incumbent_ticks) if status == cp_model.FEASIBLE else incumbent_ticks
+        return by_targets(relaxation, reached,
                           now + TARGETS_SHARE * max(0.0, deadline - now))
 
     def by_targets(relaxation: device_bound.Relaxation, reached: float, end: float, quick: bool = False) -> bool:
