@@ -235,14 +235,15 @@ FIRST_STEP = 1 / 8
 PROBE_SHARE = 1 / 3
 
 
-def prove_by_targets(relaxation: Relaxation, floor: int, ceiling: int, until: float,
+def prove_by_targets(relaxation: Relaxation, floor: int, ceiling: int | None, until: float,
                      solve: Callable[[cp_model.CpModel, cp_model.IntVar, float],
                                      tuple[cp_model.CpSolverStatus, int | None]],
                      report: Callable[[int], None] | None = None,
                      should_stop: Callable[[], bool] = lambda: False, quick: bool = False) -> tuple[int, bool]:
     """The largest bound (ticks, at least ``floor``, a bound already proven on the relaxation) proven by asking
     whether the relaxation has a solution below a target, until ``until`` (``time.monotonic()``), and whether it
-    is the relaxation's optimum. ``ceiling`` is an objective the relaxation reaches (a schedule's, ticks).
+    is the relaxation's optimum. ``ceiling`` is an objective the relaxation reaches (a schedule's, ticks; None when
+    none is known: the relaxation's horizon).
 
     ``solve(model, objective, seconds)`` runs CP-SAT on ``model`` for at most ``seconds`` and answers (status,
     the value of ``objective`` in its solution, None without one); ``report``, when given, hears each bound
@@ -259,7 +260,8 @@ def prove_by_targets(relaxation: Relaxation, floor: int, ceiling: int, until: fl
     undecided target, which is not asked again); none lies above a solution found. The optimum is claimed only
     when a solution meets the bound.
     """
-    lower, upper = floor, ceiling  # lower: proven; upper: reached by a solution
+    horizon = int(max(relaxation.objective.proto.domain))  # every solution's objective is at most this
+    lower, upper = floor, horizon if ceiling is None else min(ceiling, horizon)  # proven; reached by a solution
     undecided = upper + 1  # the least target left undecided in its time (none yet: above every one asked)
     step = max(1, int((upper - lower) * FIRST_STEP))
     while lower < upper:

@@ -963,9 +963,10 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         # several devices the default search does (P=8, N=32, one chunk, budget 3, two devices: the optimum in
         # 0.6 s, against 30 s of the tree search without it). So does one device with the memory stated through
         # orders (:mod:`pipeplan.merge_orders`, on chunks), in 20 s with two workers: P=8, N=32, V, budget 3,
-        # device 7: the optimum, 118.79, against 115.46; P=16, N=32, V, budget 6, device 15: the optimum, 128.55, in
-        # 11 s against 127.05 in 20 s; P=8, N=16, V, budget 6: the optimum in 5.0 s against 8.3 s (the tree search
-        # ahead only on P=16, N=64, V, budget 6, device 0: 215.30 against 214.06).
+        # device 7: the optimum, 118.79, against 115.46 (in one run; later runs, with no floor and no window cuts,
+        # stayed at 113.80 after 25 s, where the targets below prove more); P=16, N=32, V, budget 6, device 15: the
+        # optimum, 128.55, in 11 s against 127.05 in 20 s; P=8, N=16, V, budget 6: the optimum in 5.0 s against
+        # 8.3 s (the tree search ahead only on P=16, N=64, V, budget 6, device 0: 215.30 against 214.06).
         solver.parameters.optimize_with_lb_tree_search = len(group) == 1 and not relaxation.ordered_memory
         if report is not None:
             solver.best_bound_callback = proven
@@ -991,8 +992,8 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         not known: its horizon then), until ``end``; whether they proved its optimum."""
         nonlocal best
         lower, optimal = device_bound.prove_by_targets(
-            relaxation, int(math.ceil(best - _EPS)), min(int(max(relaxation.objective.proto.domain)),
-                                                         int(math.floor(min(reached, _MAX_TICKS) + _EPS))), end,
+            relaxation, int(math.ceil(best - _EPS)), None if math.isinf(reached) else int(math.floor(reached + _EPS)),
+            end,
             lambda model, capped, seconds: _decide(settings, model, capped, seconds, stop), report=proven,
             should_stop=lambda: stop is not None and stop.requested, quick=quick)
         log.info("relaxation by targets%s: bound %s ticks%s", " (quick)" if quick else "", lower,

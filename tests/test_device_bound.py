@@ -492,17 +492,16 @@ def test_a_relaxation_that_ends_unknown_keeps_its_proven_bound(searches_end_unkn
     assert found == max(proven)
 
 
-def _by_targets(problem: Problem, device: int, objective: str, limit_s: float, quick: bool = False,
-                ceiling: float | None = None) -> tuple[float, bool, list[int]]:
+def _by_targets(problem: Problem, device: int, objective: str, limit_s: float,
+                quick: bool = False) -> tuple[float, bool, list[int]]:
     """(the bound the targets prove on ``device``'s relaxation within ``limit_s``, in the problem's unit; whether
-    they proved its optimum; every bound reported, in ticks), from no floor up to ``ceiling`` (the relaxation's
-    horizon when None), with the real CP-SAT as the solver runs it."""
+    they proved its optimum; every bound reported, in ticks), from no floor up to the relaxation's horizon, with
+    the real CP-SAT as the solver runs it."""
     ticked, scale, _ = tick_problem(problem)
     model = relaxation(ticked, device, objective)
-    top = int(max(model.objective.proto.domain)) if ceiling is None else int(round(ceiling * scale))
     reports: list[int] = []
     lower, optimal = prove_by_targets(
-        model, 0, top, time.monotonic() + limit_s,
+        model, 0, None, time.monotonic() + limit_s,
         lambda m, capped, seconds: solver_module._decide(solver_module.SolverSettings(), m, capped, seconds, None),
         report=reports.append, quick=quick)
     return lower / scale, optimal, reports
