@@ -156,6 +156,15 @@ DEVICE_GROUP_MAX = 3
 # TARGETS_SHARE of the time left.
 TARGETS_QUICK = 0.5
 TARGETS_SHARE = 0.4
+# When those quick targets prove nothing above the bound so far, the optimization gets at most TARGETS_NONE_S
+# seconds and the relaxations end there unless it proves the optimum. On the memory-wall rows where the quick
+# targets proved nothing, the optimization and the targets after it proved nothing more in 15 to 30 s (P=8, N=32,
+# V, budget 6 and loop, budget 3; P=16, V, budget 11, N=32 and 64) while the neighbourhood search, which now gets
+# that time, was still improving its answer when its time ran out: at 60 s, two runs each beside the version
+# before, 91.26 / 92.20 -> 90.65 / 90.65, 103.21 / 103.21 -> 103.09 / 103.05 and 187.46 / 187.51 -> 187.01 /
+# 187.07 (the loop row unchanged). The one row where the optimization proved more after them, P=8, N=16, V, budget
+# 6, proves its optimum within the cap (4 s).
+TARGETS_NONE_S = 8.0
 # Nor do they run on two or more chunks in loop placement from this many devices up: there a device holds a
 # chunk's activations through a round trip over every other device, which its relaxation sees only as chains,
 # and the fluid bound and the window bound prove what it would. On the memory wall's six such rows at P=16 (N=32
@@ -921,7 +930,9 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     from CP-SAT's thread, one call at a time). ``seconds``, when given, replaces that share (never past the
     deadline). One exception: on the first device, where its memory is stated through orders and its minimization
     ends unproven, the targets after it take :data:`TARGETS_SHARE` of the time left beyond that share (the
-    neighbourhood search's; see ``relax`` below)."""
+    neighbourhood search's; see ``relax`` below). And where a device's quick targets prove nothing, its
+    minimization gets at most :data:`TARGETS_NONE_S` and, unless it proves the optimum, the relaxations end there:
+    what is left of the share goes to the neighbourhood search."""
     now = time.monotonic()
     share = DEVICE_SHARE * max(0.0, deadline - now) if seconds is None else seconds
     until = min(deadline, now + share)
@@ -932,6 +943,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     start = float(math.ceil(floor_ticks - _EPS))  # the objective in ticks is whole
     best = start
     reported = best
+    given_up = False  # a device's quick targets and its optimization proved nothing: the relaxations end
 
     def proven(ticks: float) -> None:
         nonlocal reported
@@ -950,12 +962,18 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         # optimization proves more), whose bound the optimization starts from; then, on the first device tried when
         # its optimization ends unproven, TARGETS_SHARE of the time left (the neighbourhood search's; on the next
         # device that time was lost on the rows measured).
+        nonlocal given_up
         targets = len(group) == 1 and relaxation.ordered_memory
+        unpromising = False  # the quick targets proved nothing
         if targets:
             now = time.monotonic()
+            before = best
             if by_targets(relaxation, incumbent_ticks, now + TARGETS_QUICK * max(0.0, end - now), quick=True):
                 return True
             relaxation.model.add(relaxation.objective >= int(best))
+            unpromising = best <= before
+            if unpromising:
+                end = min(end, time.monotonic() + TARGETS_NONE_S)
         relaxation.add_hint(hint)
         solver = _solver(settings, end)
         # Only the bound counts here, and on one device CP-SAT's lower-bound tree search proves it sooner: on the
@@ -980,7 +998,9 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         log.info("devices %s relaxation: %s, bound %s ticks", group, solver.status_name(status),
                  solver.best_objective_bound)
         best = max(best, solver.best_objective_bound)
-        if status == cp_model.OPTIMAL or not targets or not first:
+        if unpromising and status != cp_model.OPTIMAL:
+            given_up = True  # see TARGETS_NONE_S
+        if status == cp_model.OPTIMAL or not targets or not first or unpromising:
             return status == cp_model.OPTIMAL
         now = time.monotonic()
         reached = min(solver.objective_value, incumbent_ticks) if status == cp_model.FEASIBLE else incumbent_ticks
@@ -1002,7 +1022,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         return optimal
 
     def done(end: float) -> bool:
-        return (end - time.monotonic() < 0.05 or best >= incumbent_ticks - _EPS
+        return (given_up or end - time.monotonic() < 0.05 or best >= incumbent_ticks - _EPS
                 or (stop is not None and stop.requested))
 
     # Each device alone (the next one gets what is left when one proves early), then, when every one was proven

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
 from pipeplan import Problem, simulate
+from pipeplan import device_bound as device_bound_module
 from pipeplan import solver as solver_module
 from pipeplan import spacing as spacing_module
 from pipeplan.bounds import device_end_lower_bounds, makespan_lower_bound
@@ -490,6 +491,40 @@ def test_a_relaxation_that_ends_unknown_keeps_its_proven_bound(searches_end_unkn
                                         incumbent, math.inf)
     assert proven and max(proven) > floor
     assert found == max(proven)
+
+
+@pytest.mark.parametrize("quick_ones_prove", [False, True])
+def test_relaxations_end_when_the_quick_targets_and_the_optimization_prove_nothing(
+        monkeypatch: pytest.MonkeyPatch, quick_ones_prove: bool) -> None:
+    """P=4, N=8, two chunks in loop, budget 2: with the targets scripted to prove nothing, the first device's
+    optimization gets TARGETS_NONE_S (none here) and ends the relaxations: no targets after it, no other device,
+    no group. With the quick ones scripted to prove a tick, the optimization runs on and the relaxations go on
+    after it (to the targets after it, or, when it proves its optimum, to the next device)."""
+    monkeypatch.setattr(solver_module, "TARGETS_NONE_S", 0.0)
+    asked: list[bool] = []  # each call's quick flag
+    groups: list[list[int]] = []
+    real_relaxation = device_bound_module.relaxation
+
+    def scripted(relaxed: object, floor: int, *args: object, quick: bool = False, **kwargs: object) -> tuple[int, bool]:
+        asked.append(quick)
+        return floor + (1 if quick and quick_ones_prove else 0), False
+
+    def recorded(ticked: Problem, group: list[int], *args: object, **kwargs: object) -> object:
+        groups.append(list(group))
+        return real_relaxation(ticked, group, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(device_bound_module, "prove_by_targets", scripted)
+    monkeypatch.setattr(device_bound_module, "relaxation", recorded)
+    problem = family(4, 8, 2).with_layout(2, "loop")
+    ticked, _, _ = tick_problem(problem)
+    incumbent = warm_starts(ticked, "makespan")[0].schedule
+    floor = math.ceil(makespan_lower_bound(ticked))
+    solver_module._device_bound(ticked, solver_module.SolverSettings(num_workers=2), time.monotonic() + 6, None,
+                                floor, incumbent, math.inf)
+    if quick_ones_prove:
+        assert len(groups) >= 2 or asked[:2] == [True, False], (groups, asked)
+    else:
+        assert (groups, asked) == ([devices_to_try(ticked)[:1]], [True])
 
 
 def _by_targets(problem: Problem, device: int, objective: str, limit_s: float,
