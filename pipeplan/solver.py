@@ -135,7 +135,8 @@ FLUID_MIN_S = 0.5
 # The share of the time left after the whole-model search that the device relaxations
 # (:mod:`pipeplan.device_bound`) may take when the budget binds and that search did not prove its answer, and
 # how many devices (those with the largest closed-form bounds) they are tried on, in turn: each may take all the time
-# left, so the next one runs only when the one before proves its optimum early.
+# left, so the next one runs only when the one before proves its optimum early (or stops short of the time left
+# unproven: TARGETS_NONE_S below, which then ends the relaxations).
 DEVICE_SHARE = 0.5
 DEVICE_TRIES = 2
 # Below this many seconds for the relaxations they seldom prove anything, and short solves (a frontier at 2 s per
@@ -152,8 +153,8 @@ DEVICE_MIN_S = 2.0
 DEVICE_GROUP_S = 8.0
 DEVICE_GROUP_MAX = 3
 # On one device with the memory stated through orders, the quick targets of device_bound.prove_by_targets get at
-# most this share of the relaxation's time before its optimization, and when that ends unproven, the targets get
-# TARGETS_SHARE of the time left.
+# most this share of the relaxation's time before its optimization, and when that ends unproven (on the first
+# device, and unless the quick targets proved nothing), the targets get TARGETS_SHARE of the time left.
 TARGETS_QUICK = 0.5
 TARGETS_SHARE = 0.4
 # When those quick targets prove nothing above the bound so far, the optimization gets at most TARGETS_NONE_S
@@ -162,8 +163,8 @@ TARGETS_SHARE = 0.4
 # V, budget 6 and loop, budget 3; P=16, V, budget 11, N=32 and 64) while the neighbourhood search, which now gets
 # that time, was still improving its answer when its time ran out: at 60 s, two runs each beside the version
 # before, 91.26 / 92.20 -> 90.65 / 90.65, 103.21 / 103.21 -> 103.09 / 103.05 and 187.46 / 187.51 -> 187.01 /
-# 187.07 (the loop row unchanged). The one row where the optimization proved more after them, P=8, N=16, V, budget
-# 6, proves its optimum within the cap (4 s).
+# 187.07 (the loop row 154.79 / 154.79 -> 154.55 / 154.79). The one row where the optimization proved more after
+# them, P=8, N=16, V, budget 6, proves its optimum within the cap (4 s in these runs).
 TARGETS_NONE_S = 8.0
 # Nor do they run on two or more chunks in loop placement from this many devices up: there a device holds a
 # chunk's activations through a round trip over every other device, which its relaxation sees only as chains,
@@ -954,15 +955,15 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     def relax(group: list[int], end: float, first: bool = False) -> bool:
         """Prove what CP-SAT can on the relaxation of ``group`` until ``end`` (the ``first`` one tried: targets
         after its optimization too, see below); whether it proved the optimum."""
-        nonlocal best
+        nonlocal best, given_up
         relaxation = device_bound.relaxation(ticked, group, settings.objective, floor=int(best), spacings=deltas)
         # One device with the memory stated through orders: targets (device_bound.prove_by_targets) before and after
         # the optimization, which often prove more there than its bound does: first within TARGETS_QUICK of the
         # relaxation's time (and only until one is undecided when none was proven: where the first is not, the
         # optimization proves more), whose bound the optimization starts from; then, on the first device tried when
         # its optimization ends unproven, TARGETS_SHARE of the time left (the neighbourhood search's; on the next
-        # device that time was lost on the rows measured).
-        nonlocal given_up
+        # device that time was lost on the rows measured). Where the quick ones prove nothing, the optimization gets
+        # at most TARGETS_NONE_S and no targets follow it.
         targets = len(group) == 1 and relaxation.ordered_memory
         unpromising = False  # the quick targets proved nothing
         if targets:

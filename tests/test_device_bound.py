@@ -498,12 +498,19 @@ def test_relaxations_end_when_the_quick_targets_and_the_optimization_prove_nothi
         monkeypatch: pytest.MonkeyPatch, quick_ones_prove: bool) -> None:
     """P=4, N=8, two chunks in loop, budget 2: with the targets scripted to prove nothing, the first device's
     optimization gets TARGETS_NONE_S (none here) and ends the relaxations: no targets after it, no other device,
-    no group. With the quick ones scripted to prove a tick, the optimization runs on and the relaxations go on
-    after it (to the targets after it, or, when it proves its optimum, to the next device)."""
+    no group. With the quick ones scripted to prove a tick, the optimization gets the relaxations' share (half of
+    the 6 s) and the relaxations go on after it (to the targets after it, or, when it proves its optimum, to the
+    next device)."""
     monkeypatch.setattr(solver_module, "TARGETS_NONE_S", 0.0)
     asked: list[bool] = []  # each call's quick flag
     groups: list[list[int]] = []
+    given_s: list[float] = []  # the seconds each optimization was given
     real_relaxation = device_bound_module.relaxation
+    real_solver = solver_module._solver
+
+    def timed(settings: solver_module.SolverSettings, deadline: float) -> cp_model.CpSolver:
+        given_s.append(deadline - time.monotonic())
+        return real_solver(settings, deadline)
 
     def scripted(relaxed: object, floor: int, *args: object, quick: bool = False, **kwargs: object) -> tuple[int, bool]:
         asked.append(quick)
@@ -515,6 +522,7 @@ def test_relaxations_end_when_the_quick_targets_and_the_optimization_prove_nothi
 
     monkeypatch.setattr(device_bound_module, "prove_by_targets", scripted)
     monkeypatch.setattr(device_bound_module, "relaxation", recorded)
+    monkeypatch.setattr(solver_module, "_solver", timed)
     problem = family(4, 8, 2).with_layout(2, "loop")
     ticked, _, _ = tick_problem(problem)
     incumbent = warm_starts(ticked, "makespan")[0].schedule
@@ -523,8 +531,10 @@ def test_relaxations_end_when_the_quick_targets_and_the_optimization_prove_nothi
                                 floor, incumbent, math.inf)
     if quick_ones_prove:
         assert len(groups) >= 2 or asked[:2] == [True, False], (groups, asked)
+        assert given_s[0] > 1.0
     else:
         assert (groups, asked) == ([devices_to_try(ticked)[:1]], [True])
+        assert len(given_s) == 1 and given_s[0] <= 0.0
 
 
 def _by_targets(problem: Problem, device: int, objective: str, limit_s: float,
