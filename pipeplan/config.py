@@ -128,14 +128,20 @@ MAX_CONFIG_DEPTH = 20
 LAYOUT_HINT = ("the layout is in pipeplan's README, 'Config reference'; examples in the repository's models/, "
                "e.g. models/seed-8x64.yaml")
 
-# YAML 1.2's floats: PyYAML follows YAML 1.1, which needs a dot and a signed exponent, so it reads 3e-2 and
-# 1e308 as text.
-_FLOAT_12 = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)(?:[eE][-+]?[0-9]+)?$")
+# YAML 1.2's numbers (its core schema). PyYAML follows YAML 1.1, which reads 010 as octal (8), 1:30 as base 60
+# (90) and 0b11 as binary, all silently, and needs a dot and a signed exponent in a float, so that 3e-2 and 1e308
+# are text. Here, as in YAML 1.2, integers are decimal (leading zeros and all: 010 is 10), 0o17 octal and 0x1f
+# hexadecimal, and 1:30 and 0b11 are text (which a number field then refuses by name); underscores between
+# digits are kept from PyYAML (1_000).
+_INT_12 = re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+)$")
+_FLOAT_12 = re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)(?:[eE][-+]?[0-9]+)?"
+                       r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+_INT_TAG, _FLOAT_TAG, _TIMESTAMP_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class _ConfigLoader(yaml.SafeLoader):
-    """A safe YAML loader with bounded work, YAML 1.2 floats, and clear errors for keys given twice or not names.
+    """A safe YAML loader with bounded work, YAML 1.2 numbers, and clear errors for keys given twice or not names.
 
     Counts every value as it is composed, each use of an alias (``*name``) counting the whole value it stands
     for, and stops at :data:`MAX_CONFIG_VALUES`; stops at :data:`MAX_CONFIG_DEPTH` levels of nesting.
@@ -204,7 +210,24 @@ class _ConfigLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+def _int_12(loader: _ConfigLoader, node: yaml.ScalarNode) -> int:
+    """An integer as YAML 1.2 reads it (see :data:`_INT_12`)."""
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text.lstrip("+"))
+    base = {"0o": 8, "0x": 16}.get(digits[:2], 10)
+    return sign * int(digits[2:] if base != 10 else digits, base)
+
+
+# YAML 1.1's ints, floats and timestamps give way to YAML 1.2's numbers, tried before every other plain scalar
+# form (a float's form also matches a whole number, which is an int); a date such as 2024-01-01 is text, as in
+# YAML 1.2's core schema, where PyYAML would make it a date object that no field takes.
+_ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG, _TIMESTAMP_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for _first in "-+0123456789.":
+    _ConfigLoader.yaml_implicit_resolvers.setdefault(_first, [])[:0] = [(_INT_TAG, _INT_12), (_FLOAT_TAG, _FLOAT_12)]
+_ConfigLoader.add_constructor(_INT_TAG, _int_12)
 
 
 def _where(mark: Any) -> str:
@@ -299,6 +322,16 @@ def _section(data: dict[str, Any], name: str, keys: tuple[str, ...] | list[str])
 _ACTION_CELL = re.compile(r"\s*\(?\d+[FIBW]\d+\b")
 
 
+def checked_name(name: object) -> str:
+    """``name`` (a config's or a study's), or :class:`ConfigError` unless it is a non-empty text; a number or a
+    yes/no that YAML read from a plain scalar is told to be quoted."""
+    if isinstance(name, str) and name:
+        return name
+    quote = (f"; YAML read it as {'true or false' if isinstance(name, bool) else 'a number'}: put the name in "
+             "quotes" if isinstance(name, (bool, int, float)) else "")
+    raise ConfigError(f"name must be a non-empty text, got {shown(name)}{quote}")
+
+
 def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget: bool = False,
                      base: Path | None = None) -> Config:
     """Validate a parsed config (the YAML's top-level mapping) and build a :class:`Config`.
@@ -341,17 +374,16 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
     for key, value in units_raw.items():
         if not isinstance(value, str):
             raise ConfigError(f"units.{key} must be a text such as 'ms' or 'GiB', got {shown(value)}")
-    name = data.get("name", default_name)
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"name must be a non-empty text, got {shown(name)}")
+    name = checked_name(data.get("name", default_name))
     return Config(name=name, problem=problem, solver=solver, units=Units(**units_raw))
 
 
 def load_yaml(text: str, hint: str = LAYOUT_HINT) -> Any:
     """Parse a config's (or a study's, a model's) YAML text with bounded work (see :data:`MAX_CONFIG_VALUES`).
 
-    Plain scalars follow YAML 1.1 as PyYAML reads them, except that floats such as ``3e-2`` and ``1e308`` are
-    numbers (as in YAML 1.2); ``<<`` merge keys work; texts may not hold control characters but tab and newline.
+    Plain scalars follow YAML 1.1 as PyYAML reads them, except numbers and dates, which follow YAML 1.2: floats
+    such as ``3e-2`` and ``1e308`` are numbers, ``010`` is ten, ``1:30`` and ``2024-01-01`` are text;
+    ``<<`` merge keys work; texts may not hold control characters but tab and newline.
     Raises :class:`ConfigError` with the line and the fix; ``hint`` says where the file's layout is described.
     """
     try:

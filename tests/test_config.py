@@ -146,6 +146,44 @@ def test_floats_with_an_exponent_are_numbers(text: str, value: object) -> None:
     assert loaded == value and type(loaded) is type(value)
 
 
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("010", 10), ("-010", -10), ("+7", 7), ("0", 0), ("1_000", 1000), ("0o17", 15), ("0x1f", 31),
+     ("1:30", "1:30"), ("1:30.5", "1:30.5"), ("0b11", "0b11"), ("0o9", "0o9"), ("2024-01-01", "2024-01-01"),
+     ("'010'", "010"), ("!!int 010", 10)],
+)
+def test_integers_and_dates_are_read_as_yaml_1_2_reads_them(text: str, value: object) -> None:
+    """YAML 1.1 (PyYAML) reads 010 as 8, 1:30 as 90, 0b11 as 3 and 2024-01-01 as a date, all silently; configs read
+    integers as decimal (0o and 0x for octal and hexadecimal) and the rest as text, as YAML 1.2 does."""
+    loaded = load_yaml(f"x: {text}\n")["x"]
+    assert loaded == value and type(loaded) is type(value)
+
+
+def test_a_leading_zero_or_a_colon_never_changes_a_config_value(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("pipeline: {num_stages: 010, num_microbatches: 016}\ncosts: {forward: 01.5}\n", encoding="utf-8")
+    problem = load_config(path).problem
+    assert (problem.num_devices, problem.num_microbatches, problem.forward[0]) == (10, 16, 1.5)
+    path.write_text("pipeline: {num_stages: 2, num_microbatches: 4}\nmemory: {budget: 1:00}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"memory\.budget.*'1:00'"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(("text", "told"), [("42", "a number"), ("1.5", "a number"), ("yes", "true or false")])
+def test_a_name_yaml_read_as_a_number_or_a_truth_value_is_told_to_be_quoted(tmp_path: Path, text: str,
+                                                                           told: str) -> None:
+    message = rf"name must be a non-empty text, got .*; YAML read it as {told}: put the name in quotes"
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(load_yaml(f"pipeline: {{num_stages: 2, num_microbatches: 2}}\nname: {text}\n"))
+    study = tmp_path / "study.yaml"
+    study.write_text(f"model: llama2-7b\nhardware: a100-80gb\nnum_gpus: [8]\nglobal_batch_size: 16\n"
+                     f"seq_len: 2048\nname: {text}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=message):
+        load_study(study)
+    assert config_from_dict(load_yaml("pipeline: {num_stages: 2, num_microbatches: 2}\nname: 2024-01-01\n")
+                            ).name == "2024-01-01"
+
+
 def test_exponent_floats_reach_the_problem(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("pipeline: {num_stages: 2, num_microbatches: 4}\ncosts: {forward: 3e-2, backward: 6e-2}\n"

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeplan.config import load_yaml
+from pipeplan.config import checked_name, load_yaml
 from pipeplan.problem import ConfigError, did_you_mean, expect
 from pipeplan.reading import SMALL_FILE_BYTES, read_source
 from pipeplan.sizing.records import is_file
@@ -154,9 +154,7 @@ def study_from_dict(data: object, default_name: str = "study", base: Path | None
     if "processes" in data:
         _whole("processes", data["processes"], allow_list=False)
     kwargs["processes"] = data.get("processes", min(4, os.cpu_count() or 1))
-    name = data.get("name", default_name)
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"name must be a non-empty text, got {name!r}")
+    name = checked_name(data.get("name", default_name))
     _check_names(kwargs)
     return Study(name=name, sweep_kwargs=kwargs)
 
