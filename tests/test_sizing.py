@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -784,6 +785,13 @@ def test_an_optimizer_plan_faster_than_the_best_ranked_one_is_pointed_out() -> N
     ran = pd.concat([frame, pd.DataFrame([{**named, "schedule": "optimal", "tokens_per_s": 250_000.0}])])
     assert outside_ranking(StudyResult(study, ran, best, {}, optimal)).endswith(
         "the sweep's own optimizer run there found 250,000 tokens/s within its time limit")
+    # A study that does not search the optimizer at all (the default schedules, 1F1B only): raising
+    # optimizer.top would change nothing.
+    for schedules in ({}, {"schedules": "1f1b"}, {"schedules": ["1f1b", "zb-v"]}):
+        kwargs = {key: value for key, value in study.sweep_kwargs.items() if key != "schedules"}
+        unsearched = replace(study, sweep_kwargs={**kwargs, **schedules})
+        assert outside_ranking(StudyResult(unsearched, frame, best, {}, optimal)).endswith(
+            "the sweep did not run the optimizer at all; add optimal to search.schedules to rank it")
     # Nothing to say within the ranking's near tie, when it does not fit, or when the best plan is that run.
     assert outside_ranking(StudyResult(study, frame, best, {}, {**optimal, "tokens_per_s": 252_000.0})) == ""
     assert outside_ranking(StudyResult(study, frame, best, {}, {**optimal, "fits": False})) == ""

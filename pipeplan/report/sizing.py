@@ -146,9 +146,15 @@ def outside_ranking(result: StudyResult) -> str:
     for column in CANDIDATE:
         same &= frame[column] == ({**best, "num_chunks": 1}[column])
     ran = frame[same & frame["skipped"].isna()]
-    why = (f"the sweep's own optimizer run there found {float(ran['tokens_per_s'].max()):,.0f} tokens/s within its "
-           "time limit" if len(ran) else "the sweep ran the optimizer only on its optimizer.top configurations, "
-           "not on this one; raise optimizer.top to rank it")
+    searched = result.study.sweep_kwargs.get("schedules", "1f1b")  # the sweep's default
+    if len(ran):
+        why = (f"the sweep's own optimizer run there found {float(ran['tokens_per_s'].max()):,.0f} tokens/s within "
+               "its time limit")
+    elif OPTIMAL in ([searched] if isinstance(searched, str) else searched):
+        why = ("the sweep ran the optimizer only on its optimizer.top configurations, not on this one; raise "
+               "optimizer.top to rank it")
+    else:
+        why = f"the sweep did not run the optimizer at all; add {OPTIMAL} to search.schedules to rank it"
     return (f"the optimizer on one chunk per device ({optimal['tokens_per_s']:,.0f} tokens/s) is faster than the "
             f"best plan above ({best['schedule']} on {counted(int(best['num_chunks']), 'chunk')} per device, "
             f"{best['tokens_per_s']:,.0f} tokens/s): {why}")
