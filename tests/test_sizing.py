@@ -289,6 +289,24 @@ def test_a_tied_embedding_is_held_once_where_the_first_and_last_stage_share_a_gp
     assert sum(loop_tied) / 18 == tied.num_params + tied.embedding_params
 
 
+@pytest.mark.parametrize("placement", ["loop", "v"])
+def test_the_sized_latencies_are_on_links_between_devices_only(placement: str,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A latency on a link within one device (V placement's turn) has no effect, and best.yaml carried one there
+    (0.000109 s on Llama 3.1 70B), so that 'pipeplan solve best.yaml' warned that costs.comm[3] was not used."""
+    from pipeplan.config import SolverSettings, Units, warn_unused_comm
+    from pipeplan.report.files import config_record
+
+    setup = Setup(1, 4, 1, 1, 16, 4096, num_chunks=2, distributed_optimizer=False)
+    problem = build_problem(load_model("llama3.1-8b"), load_hardware("h100-80gb"), setup, True, placement).problem
+    crossing = [s + 1 < problem.num_model_stages and problem.device_of(s) != problem.device_of(s + 1)
+                for s in range(problem.num_model_stages)]
+    assert [c > 0 for c in problem.comm] == crossing and crossing.count(False) == (2 if placement == "v" else 1)
+    with caplog.at_level("WARNING", logger="pipeplan"):
+        warn_unused_comm(config_record("sized", problem, SolverSettings(), Units())["costs"]["comm"], problem)
+    assert not caplog.records
+
+
 # --------------------------------------------------------------------------- the problem and schedules
 
 

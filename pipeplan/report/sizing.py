@@ -285,7 +285,9 @@ def best_config_text(result: StudyResult) -> str:
             memory[key] = [v / GIB for v in value] if isinstance(value, list) else value / GIB
     header = (f"# The best plan of pipeplan size ({best['schedule']}: {best['tokens_per_s']:,.0f} tokens/s, "
               f"{_gib(best['memory_gib'])} GiB per GPU).\n# Times in seconds, memory in GiB; the budget is the "
-              "activation memory left per pipeline device. Run: pipeplan solve best.yaml\n")
+              "activation memory left per pipeline device. Run: pipeplan solve best.yaml\n# A warning there that costs "
+              "or memory are not whole ticks is expected (sized values have many digits): the answer\n# is "
+              "replayed exactly; only the optimizer's proven bound may sit a hair low.\n")
     if problem.split_backward:
         # The trial's case: size said 1F1B took 3.62 s a step, solve best.yaml 3.51 s, each right for what it ran.
         header += ("# The backward is split into B and W (as the zero-bubble schedules and the optimizer run it). "

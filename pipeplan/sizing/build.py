@@ -189,7 +189,7 @@ def build_problem(
 
     comm = [
         _microseconds(costs.p2p_time(model, hardware, setup, node(devices[s]) != node(devices[s + 1])))
-        if s + 1 < stages else 0.0
+        if s + 1 < stages and devices[s] != devices[s + 1] else 0.0  # none at V placement's turn (one device)
         for s in range(stages)
     ]
 
