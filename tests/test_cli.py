@@ -302,6 +302,17 @@ def test_console_script() -> None:
     assert "does not exist" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_python_dash_m_runs_the_command() -> None:
+    """``python -m pipeplan``, where the console script is not on PATH: the same command and exit statuses."""
+    proc = subprocess.run([sys.executable, "-m", "pipeplan", "simulate", "models/seed-8x64.yaml", "--schedule", "1f1b"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "seed-8x64: 1f1b" in proc.stdout and "213.0" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "pipeplan", "simulate", "models/nope.yaml", "--schedule", "1f1b"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_solve_table_marks_the_chosen_schedule_and_units(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "solve", TINY, "--time-limit", "2")
     assert code == 0, err
