@@ -570,6 +570,14 @@ class _Seconds(click.ParamType[float]):
 _SECONDS = _Seconds()
 
 
+class _Whole(click.IntRange):
+    """A whole number in a range, named so in errors: click's IntRange says "'1.5' is not a valid integer range"."""
+
+    name = "whole number"
+
+
+
+
 def _solver_options(func: F) -> F:
     """The flags every solving command shares; each overrides the config's ``solver`` section."""
     options = [
@@ -577,9 +585,9 @@ def _solver_options(func: F) -> F:
                      help="Solver time limit in seconds, per solve (overrides solver.time_limit_s)."),
         click.option("--objective", type=click.Choice(list(OBJECTIVES)), default=None,
                      help="What to minimise (overrides solver.objective)."),
-        click.option("--workers", type=click.IntRange(min=1, max=MAX_WORKERS), default=None, metavar="N",
+        click.option("--workers", type=_Whole(min=1, max=MAX_WORKERS), default=None, metavar="N",
                      help="CP-SAT search workers (overrides solver.num_workers)."),
-        click.option("--seed", "random_seed", type=click.IntRange(min=0, max=MAX_SEED), default=None,
+        click.option("--seed", "random_seed", type=_Whole(min=0, max=MAX_SEED), default=None, metavar="N",
                      help="CP-SAT random seed (overrides solver.random_seed)."),
     ]
     for option in reversed(options):
@@ -793,7 +801,7 @@ STORE_NAME = "store.sqlite"
 def _sweep_options(func: F) -> F:
     """The flags every sweeping command shares: where tasks run, the result store, progress."""
     options = [
-        click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+        click.option("--jobs", type=_Whole(min=1), default=None, metavar="N",
                      help="Tasks at once: local worker processes (1: in this process), or with '--ray local' the "
                      "CPUs of the Ray cluster it starts."),
         click.option("--ray", "ray_address", default=None, metavar="auto|ADDRESS|local",
@@ -1238,7 +1246,7 @@ def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config,
 @click.argument("study", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--out", type=OUT_FOLDER, default=None, metavar="DIR",
               help="Write sweep.csv, report.html and best.yaml to DIR (atomically).")
-@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, metavar="K",
+@click.option("--top", type=_Whole(min=1), default=5, show_default=True, metavar="K",
               help="Configurations shown in the table and the report's memory chart.")
 @click.option("--time-limit", type=_SECONDS, default=None, metavar="S",
               help="Optimizer time limit in seconds per configuration (overrides optimizer.time_limit_s).")

@@ -146,9 +146,12 @@ def test_a_narrow_terminal_gets_the_solve_table_whole(
         (["simulate", SEED, "--schedule", "optimal"], f"'optimal' is the optimizer's schedule, not a named one: "
                                                       f"`pipeplan solve {SEED}` finds it"),
         (["presets", "llama3.1-8b"], "'llama3.1-8b' is a preset, not a study file: `pipeplan presets` lists"),
+        (["solve", SEED, "--workers", "1.5"], "Invalid value for '--workers': '1.5' is not a valid whole number"),
+        (["solve", SEED, "--seed", "x"], "Invalid value for '--seed': 'x' is not a valid whole number"),
     ],
     ids=["unknown-schedule", "schedule-in-capitals", "missing-schedule", "bad-format", "missing-config", "unknown-flag",
-         "unknown-command", "folder-as-config", "optimal-simulated", "preset-as-study"],
+         "unknown-command", "folder-as-config", "optimal-simulated", "preset-as-study", "fractional-workers",
+         "text-seed"],
 )
 def test_bad_flags_exit_2_with_message(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     code, _, err = run(capsys, *argv)

@@ -101,7 +101,11 @@ BAD_RECORDS: list[tuple[str, Any, str]] = [
     ("model", {k: v for k, v in SMALL.items() if k != "hidden_size"}, "model.hidden_size is missing"),
     ("model", {**SMALL, "num_layers": -2}, "model.num_layers must be > 0, got -2"),
     ("model", {**SMALL, "vocab_size": 1.5}, "model.vocab_size must be a whole number, got 1.5"),
-    ("model", {**SMALL, "hidden": 64}, "unknown model field 'hidden'"),
+    # A word of one field's name, misspelt or not, is that field; the first word of one of several, that one.
+    ("model", {**SMALL, "hidden": 64}, "unknown model field 'hidden' (did you mean 'hidden_size'?)"),
+    ("model", {**SMALL, "hiden": 64}, "unknown model field 'hiden' (did you mean 'hidden_size'?)"),
+    ("model", {**SMALL, "layrs": 2}, "unknown model field 'layrs' (did you mean 'num_layers'?)"),
+    ("model", {**SMALL, "size": 64}, "unknown model field 'size'; valid fields"),  # a word of three: no guess
     ("model", {**SMALL, "num_kv_heads": 3}, "must be a multiple of model.num_kv_heads (3)"),
     ("model", "missing-model.yaml", "model file 'missing-model.yaml' does not exist"),
     ("hardware", "tpu-v5", "unknown hardware preset 'tpu-v5'; valid presets: a100-40gb, a100-80gb, h100-80gb"),
