@@ -186,9 +186,9 @@ def cli() -> None:
     \b
     Examples:
       pipeplan simulate models/seed-8x64.yaml --schedule 1f1b
-      pipeplan solve models/seed-8x64.yaml --out results/seed
-      pipeplan report results/seed --force
-      pipeplan export results/seed --out seed.csv
+      pipeplan solve models/seed-8x64.yaml --out out/seed
+      pipeplan report out/seed --force
+      pipeplan export out/seed --out seed.csv
       pipeplan frontier models/split-8x32.yaml --budgets 8:16:2
       pipeplan size models/size-llama3.1-70b.yaml --out llama
 
@@ -614,7 +614,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
 
     \b
     Example:
-      pipeplan solve models/seed-8x64.yaml --time-limit 30 --out results/seed
+      pipeplan solve models/seed-8x64.yaml --time-limit 30 --out out/seed
     """
     cfg = load_config(_announced(config))
     _refuse_existing(out, force)
@@ -690,7 +690,7 @@ def report(folder: Path, out: Path | None, force: bool) -> None:
 
     \b
     Example:
-      pipeplan report results/seed --force
+      pipeplan report out/seed --force
     """
     from pipeplan.report.files import read_summary
     from pipeplan.report.html import REPORT_NAME, render_folder
@@ -721,7 +721,7 @@ def export(folder: Path, schedule_name: str | None, fmt: str, out: Path | None, 
 
     \b
     Example:
-      pipeplan export results/seed --out seed.csv
+      pipeplan export out/seed --out seed.csv
     """
     from pipeplan.report.files import read_results
     from pipeplan.torch_csv import to_torch_csv
