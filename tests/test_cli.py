@@ -281,7 +281,7 @@ def test_help_of_every_command_shows_a_runnable_example(
         assert any(line.startswith(f"pipeplan {command} ") for line in examples)
     for line in examples:  # every example's file exists (or is a folder that solve writes); 'presets' needs none
         for config in line.split()[2:3]:
-            assert (ROOT / config).exists() or config.startswith("results/"), line
+            assert (ROOT / config).exists() or config.startswith("out/"), line
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
