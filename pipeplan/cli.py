@@ -576,8 +576,6 @@ class _Whole(click.IntRange):
     name = "whole number"
 
 
-
-
 def _solver_options(func: F) -> F:
     """The flags every solving command shares; each overrides the config's ``solver`` section."""
     options = [

@@ -131,10 +131,10 @@ LAYOUT_HINT = ("the layout is in pipeplan's README, 'Config reference'; examples
 # YAML 1.2's numbers (its core schema). PyYAML follows YAML 1.1, which reads 010 as octal (8), 1:30 as base 60
 # (90) and 0b11 as binary, all silently, and needs a dot and a signed exponent in a float, so that 3e-2 and 1e308
 # are text. Here, as in YAML 1.2, integers are decimal (leading zeros and all: 010 is 10), 0o17 octal and 0x1f
-# hexadecimal, and 1:30 and 0b11 are text (which a number field then refuses by name); underscores between
-# digits are kept from PyYAML (1_000).
-_INT_12 = re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+)$")
-_FLOAT_12 = re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)(?:[eE][-+]?[0-9]+)?"
+# hexadecimal, and 1:30 and 0b11 are text (which a number field then refuses by name); underscores after a
+# number's first digit are kept from PyYAML and ignored (1_000 is a thousand), which YAML 1.2 does not have.
+_INT_12 = re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7][0-7_]*|0x[0-9a-fA-F][0-9a-fA-F_]*)$")
+_FLOAT_12 = re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?"
                        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 _INT_TAG, _FLOAT_TAG, _TIMESTAMP_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -211,8 +211,13 @@ class _ConfigLoader(yaml.SafeLoader):
 
 
 def _int_12(loader: _ConfigLoader, node: yaml.ScalarNode) -> int:
-    """An integer as YAML 1.2 reads it (see :data:`_INT_12`)."""
-    text = str(loader.construct_scalar(node)).replace("_", "")
+    """An integer as YAML 1.2 reads it (see :data:`_INT_12`; an explicit ``!!int`` tag on any other text is
+    refused with its line)."""
+    written = str(loader.construct_scalar(node))
+    if not _INT_12.match(written):
+        raise ConfigError(f"{_where(node.start_mark)}{shown(written, 40)} is tagged !!int but is not a whole number "
+                          "(digits, or 0o for octal, 0x for hexadecimal); fix the value or drop the tag")
+    text = written.replace("_", "")
     sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text.lstrip("+"))
     base = {"0o": 8, "0x": 16}.get(digits[:2], 10)
     return sign * int(digits[2:] if base != 10 else digits, base)
@@ -225,8 +230,9 @@ _ConfigLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG, _TIMESTAMP_TAG)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-for _first in "-+0123456789.":
-    _ConfigLoader.yaml_implicit_resolvers.setdefault(_first, [])[:0] = [(_INT_TAG, _INT_12), (_FLOAT_TAG, _FLOAT_12)]
+for first in "-+0123456789.":
+    _ConfigLoader.yaml_implicit_resolvers.setdefault(first, [])[:0] = [(_INT_TAG, _INT_12), (_FLOAT_TAG, _FLOAT_12)]
+del first
 _ConfigLoader.add_constructor(_INT_TAG, _int_12)
 
 

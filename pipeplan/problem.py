@@ -88,9 +88,9 @@ def did_you_mean(word: object, choices: Iterable[str]) -> str:
 
     Case is ignored ('1F1B' means '1f1b'). A word that begins exactly one choice is that choice shortened:
     'H100' is 'h100-80gb', though by spelling it is closer to 'h200'. Several choices with that beginning ('a100')
-    and every other word fall back to the closest spelling, and failing that to the closest word of a name in
-    parts ('layrs' is 'num_layers') when that word is in one choice only, or begins one only ('hiden' is
-    'hidden_size', not 'ffn_hidden_size').
+    and every other word fall back to the closest spelling, and failing that to the name in parts whose first word
+    is closest, when that word begins one choice only and no other first word is as close ('hiden' is
+    'hidden_size'; 'size' or 'optimizer', a later word of one name, is no guess).
     """
     if not isinstance(word, str):
         return ""
@@ -98,15 +98,16 @@ def did_you_mean(word: object, choices: Iterable[str]) -> str:
     lower = word.lower()
     starting = [choice for choice in by_lower if lower and choice.startswith(lower)]
     close = starting if len(starting) == 1 else difflib.get_close_matches(lower, list(by_lower), n=1, cutoff=0.75)
-    if not close:
-        owners: dict[str, list[str]] = {}
+    if not close:  # the first word of a name in parts: 'hiden' is 'hidden_size'
+        firsts: dict[str, list[str]] = {}
         for choice in by_lower:
-            for part in set(re.split(r"[_\-. ]", choice)) - {choice}:
-                owners.setdefault(part, []).append(choice)
-        part = difflib.get_close_matches(lower, list(owners), n=1, cutoff=0.8)
-        holders = owners[part[0]] if part else []
-        first = [choice for choice in holders if choice.startswith(part[0])]  # 'hidden_size', not 'ffn_hidden_size'
-        close = holders if len(holders) == 1 else first if len(first) == 1 else []
+            head = re.split(r"[_\-. ]", choice)[0]
+            if head != choice and len(head) >= 3:
+                firsts.setdefault(head, []).append(choice)
+        scores = sorted(((difflib.SequenceMatcher(None, lower, head).ratio(), head) for head in firsts), reverse=True)
+        if scores and scores[0][0] >= 0.8 and (len(scores) == 1 or scores[1][0] < scores[0][0]):
+            holders = firsts[scores[0][1]]
+            close = holders if len(holders) == 1 else []
     return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
 
 

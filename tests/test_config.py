@@ -150,13 +150,18 @@ def test_floats_with_an_exponent_are_numbers(text: str, value: object) -> None:
     ("text", "value"),
     [("010", 10), ("-010", -10), ("+7", 7), ("0", 0), ("1_000", 1000), ("0o17", 15), ("0x1f", 31),
      ("1:30", "1:30"), ("1:30.5", "1:30.5"), ("0b11", "0b11"), ("0o9", "0o9"), ("2024-01-01", "2024-01-01"),
-     ("'010'", "010"), ("!!int 010", 10)],
+     ("'010'", "010"), ("!!int 010", 10), ("0o_", "0o_"), ("0x_", "0x_"), ("._", "._"), (".5", 0.5)],
 )
 def test_integers_and_dates_are_read_as_yaml_1_2_reads_them(text: str, value: object) -> None:
     """YAML 1.1 (PyYAML) reads 010 as 8, 1:30 as 90, 0b11 as 3 and 2024-01-01 as a date, all silently; configs read
     integers as decimal (0o and 0x for octal and hexadecimal) and the rest as text, as YAML 1.2 does."""
     loaded = load_yaml(f"x: {text}\n")["x"]
     assert loaded == value and type(loaded) is type(value)
+
+
+def test_an_int_tag_on_what_is_not_a_whole_number_names_its_line() -> None:
+    with pytest.raises(ConfigError, match=r"^line 2: '1:30' is tagged !!int but is not a whole number"):
+        load_yaml("a: 1\nx: !!int 1:30\n")
 
 
 def test_a_leading_zero_or_a_colon_never_changes_a_config_value(tmp_path: Path) -> None:

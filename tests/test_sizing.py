@@ -101,11 +101,14 @@ BAD_RECORDS: list[tuple[str, Any, str]] = [
     ("model", {k: v for k, v in SMALL.items() if k != "hidden_size"}, "model.hidden_size is missing"),
     ("model", {**SMALL, "num_layers": -2}, "model.num_layers must be > 0, got -2"),
     ("model", {**SMALL, "vocab_size": 1.5}, "model.vocab_size must be a whole number, got 1.5"),
-    # A word of one field's name, misspelt or not, is that field; the first word of one of several, that one.
+    # The first word of one field's name, misspelt or not, is that field; a later word is no guess ('size' ends
+    # three names) unless the whole name is close by spelling ('layers', 'num_layers').
     ("model", {**SMALL, "hidden": 64}, "unknown model field 'hidden' (did you mean 'hidden_size'?)"),
     ("model", {**SMALL, "hiden": 64}, "unknown model field 'hiden' (did you mean 'hidden_size'?)"),
-    ("model", {**SMALL, "layrs": 2}, "unknown model field 'layrs' (did you mean 'num_layers'?)"),
-    ("model", {**SMALL, "size": 64}, "unknown model field 'size'; valid fields"),  # a word of three: no guess
+    ("model", {**SMALL, "vocab": 64}, "unknown model field 'vocab' (did you mean 'vocab_size'?)"),
+    ("model", {**SMALL, "layers": 2}, "unknown model field 'layers' (did you mean 'num_layers'?)"),
+    ("model", {**SMALL, "size": 64}, "unknown model field 'size'; valid fields"),
+    ("hardware", "100", "unknown hardware preset '100'; valid presets"),  # as close to 'a100' as to 'h100'
     ("model", {**SMALL, "num_kv_heads": 3}, "must be a multiple of model.num_kv_heads (3)"),
     ("model", "missing-model.yaml", "model file 'missing-model.yaml' does not exist"),
     ("hardware", "tpu-v5", "unknown hardware preset 'tpu-v5'; valid presets: a100-40gb, a100-80gb, h100-80gb"),
@@ -301,8 +304,10 @@ def test_the_sized_latencies_are_on_links_between_devices_only(placement: str,
     from pipeplan.config import SolverSettings, Units, warn_unused_comm
     from pipeplan.report.files import config_record
 
-    setup = Setup(1, 4, 1, 1, 16, 4096, num_chunks=2, distributed_optimizer=False)
+    # Tensor parallel 4 puts devices 0-1 on one 8-GPU node and 2-3 on the next: latencies within and across nodes.
+    setup = Setup(4, 4, 1, 1, 16, 4096, num_chunks=2, distributed_optimizer=False)
     problem = build_problem(load_model("llama3.1-8b"), load_hardware("h100-80gb"), setup, True, placement).problem
+    assert len({c for c in problem.comm if c > 0}) == 2
     crossing = [s + 1 < problem.num_model_stages and problem.device_of(s) != problem.device_of(s + 1)
                 for s in range(problem.num_model_stages)]
     assert [c > 0 for c in problem.comm] == crossing and crossing.count(False) == (2 if placement == "v" else 1)

@@ -151,8 +151,7 @@ BAD_STUDIES: list[tuple[str, Any, str]] = [
     ("negative-hardware-field", {**GOOD, "hardware": {"preset": "h100-80gb", "memory_gib": -80}},
      "hardware.memory_gib must be > 0, got -80"),
     ("missing-seq-len", {k: v for k, v in GOOD.items() if k != "seq_len"}, "seq_len is missing"),
-    ("unknown-top-key", {**GOOD, "gpus": 8},
-     "unknown top-level key 'gpus' (did you mean 'num_gpus'?); valid keys: name, model, hardware"),
+    ("unknown-top-key", {**GOOD, "gpus": 8}, "unknown top-level key 'gpus'; valid keys: name, model, hardware"),
     ("unknown-search-key", {**GOOD, "search": {"tp": [1]}}, "unknown key search.tp; valid keys in search"),
     ("pipeline-config", {"pipeline": {"num_stages": 4, "num_microbatches": 8}},
      "unknown top-level key 'pipeline'; valid keys: name, model, hardware, num_gpus, global_batch_size, seq_len, "

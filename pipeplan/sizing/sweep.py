@@ -111,6 +111,10 @@ def _label(setup: Setup) -> str:
             f"mbs{setup.microbatch_size} v{setup.num_chunks} {setup.recompute}")
 
 
+# The schedules a sweep runs when its caller names none (a study without search.schedules): 1F1B alone.
+DEFAULT_SCHEDULES = "1f1b"
+
+
 def sweep(
     *,
     model: object,
@@ -123,7 +127,7 @@ def sweep(
     microbatch_size: int | Sequence[int] = 1,
     num_chunks: int | Sequence[int] = 1,
     recompute: str | Sequence[str] = "selective",
-    schedules: str | Sequence[str] = "1f1b",
+    schedules: str | Sequence[str] = DEFAULT_SCHEDULES,
     sequence_parallel: bool = True,
     flash_attention: bool = True,
     distributed_optimizer: bool = True,
@@ -208,7 +212,7 @@ def sweep_with_stats(
     microbatch_size: int | Sequence[int] = 1,
     num_chunks: int | Sequence[int] = 1,
     recompute: str | Sequence[str] = "selective",
-    schedules: str | Sequence[str] = "1f1b",
+    schedules: str | Sequence[str] = DEFAULT_SCHEDULES,
     sequence_parallel: bool = True,
     flash_attention: bool = True,
     distributed_optimizer: bool = True,
