@@ -354,6 +354,13 @@ def _all_times(problem: Problem) -> list[float]:
             *problem.comm]
 
 
+# The warning when costs or memory are not whole ticks (one object, so that a caller whose values cannot have fewer
+# digits, as cluster sizing's seconds beside bytes, can leave it out by identity: pipeplan.sizing.estimate).
+NOT_WHOLE_TICKS = ("costs or memory are not whole ticks (the solver resolves about a millionth of the largest value): "
+                   "CP-SAT works on a rounded relaxation of them, the answer is replayed exactly, and its bound may "
+                   "stop short of the optimum by that rounding; fewer digits in the config's values avoid it")
+
+
 def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
     """The problem in integer ticks for CP-SAT: (ticked problem, ticks per time unit, exact).
 
@@ -401,10 +408,7 @@ def tick_problem(problem: Problem) -> tuple[Problem, int, bool]:
                 f"below the solver's resolution {_below_resolution(problem, 'them')}"
             )
     if not exact:  # after the refusals above: no warning before an error
-        log.warning("costs or memory are not whole ticks (the solver resolves about a millionth of the largest "
-                    "value): CP-SAT works on a rounded relaxation of them, the answer is replayed exactly, and its "
-                    "bound may stop short of the optimum by that rounding; fewer digits in the config's values "
-                    "avoid it")
+        log.warning(NOT_WHOLE_TICKS)
     # Each release is rounded down on its own, so the ticked activation is their sum.
     held_after_b = down([problem.released_by(OpKind.B, s) for s in range(problem.num_model_stages)], memory_scale)
     held_until_w = down(wact, memory_scale)

@@ -378,6 +378,25 @@ def test_a_named_schedule_runs_as_frameworks_run_it_and_does_not_fit_a_tight_bud
     assert optimal["fits"]
 
 
+def test_the_optimizer_on_a_sized_problem_does_not_tell_to_use_fewer_digits(caplog: pytest.LogCaptureFixture) -> None:
+    """A sized problem is never whole ticks (seconds beside bytes): the solver's warning, whose advice is a
+    config's author's to follow, is left out of sizing, and only there."""
+    from pipeplan.solver import NOT_WHOLE_TICKS, solve, tick_problem
+
+    # The README's worked example's sizes on one chunk: memory in bytes beside times of microseconds.
+    kwargs: dict[str, Any] = {"model": "llama3.1-70b", "hardware": "h100-80gb", "tensor_parallel": 4,
+                              "pipeline_parallel": 4, "data_parallel": 32, "global_batch_size": 1024, "seq_len": 8192}
+    with caplog.at_level("WARNING", logger="pipeplan"):
+        result = estimate(**kwargs, schedule="optimal", time_limit_s=1.0, num_workers=1)
+        assert result["status"] in ("OPTIMAL", "FEASIBLE")
+        assert not [r for r in caplog.records if r.msg is NOT_WHOLE_TICKS]
+        assert not tick_problem(result["problem"])[2]  # not whole ticks: the solver itself warns
+        assert [r for r in caplog.records if r.msg is NOT_WHOLE_TICKS]
+        caplog.clear()
+        solve(result["problem"], time_limit_s=0.5, num_workers=1)  # and still does outside sizing
+        assert [r for r in caplog.records if r.msg is NOT_WHOLE_TICKS]
+
+
 def test_estimate_adds_up() -> None:
     result = estimate(model=TINY, hardware="h100-80gb", tensor_parallel=2, pipeline_parallel=2, data_parallel=2,
                       microbatch_size=1, global_batch_size=16, seq_len=256, schedule="1f1b")
