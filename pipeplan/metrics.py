@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipeplan.problem import OpKind, Problem
+from pipeplan.problem import OpKind, Problem, expect
 from pipeplan.schedule import Schedule
-from pipeplan.simulate import Timeline
+from pipeplan.simulate import A_TIMELINE, Timeline
 
 # Relative slack when comparing float memory sums to a budget (0.65 + 0.35 may land a hair above 1.0). Only
 # relative: memory may be in any unit (bytes, GiB, or activations of 1e-9), so an absolute slack would let a
@@ -64,6 +64,7 @@ def memory_events(timeline: Timeline) -> list[list[tuple[float, float]]]:
     What each op allocates (at its start) and releases (at its end) is the problem's memory rule,
     :meth:`~pipeplan.problem.Problem.allocated_by` and :meth:`~pipeplan.problem.Problem.released_by`.
     """
+    expect("timeline", timeline, Timeline, A_TIMELINE)
     problem = timeline.problem
     events: list[list[tuple[float, float]]] = [[] for _ in range(problem.num_devices)]
     for op, device, start, end in zip(timeline.ops, timeline.device, timeline.start, timeline.end):
@@ -137,6 +138,7 @@ def within_budget(peaks: list[float], budget: tuple[float, ...] | None) -> bool:
 
 def compute_metrics(timeline: Timeline) -> Metrics:
     """Every metric of this module for one replayed schedule."""
+    expect("timeline", timeline, Timeline, A_TIMELINE)
     problem = timeline.problem
     num_devices = problem.num_devices
     busy = [0.0] * num_devices

@@ -236,8 +236,10 @@ def _expand(
 
 def plain_values(name: str, value: object) -> object:
     """A NumPy array or pandas Series as Python values, in position order (a Series' index is not read): one
-    dimension as a list, none as its single value; anything else unchanged. More dimensions (an array, a
-    DataFrame) are a :class:`ConfigError`."""
+    dimension as a list, none as its single value; a ``range`` as a list too; anything else unchanged. More
+    dimensions (an array, a DataFrame) are a :class:`ConfigError`."""
+    if isinstance(value, range):
+        return list(value)
     dims = getattr(value, "ndim", None)
     if not isinstance(dims, int):
         return value

@@ -10,7 +10,7 @@ import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pipeplan.problem import A_PROBLEM, Op, PipeplanError, Problem, counted, expect, shown
+from pipeplan.problem import A_PROBLEM, Op, OpKind, PipeplanError, Problem, counted, expect, shown
 
 
 def _label(op: Op) -> str:
@@ -105,6 +105,10 @@ def check_complete(problem: Problem, schedule: Schedule) -> None:
                 raise ScheduleError(f"schedule {schedule.name!r} holds {shown(op, 40)} at position {position} of "
                                     f"device {device}, not an Op; make ops with problem.op(OpKind.F, stage, "
                                     "microbatch)")
+            if not isinstance(op.kind, OpKind):
+                raise ScheduleError(f"schedule {schedule.name!r} holds an op of kind {shown(op.kind, 40)} at position "
+                                    f"{position} of device {device}; a kind is OpKind.F, OpKind.B or OpKind.W (make "
+                                    "ops with problem.op(OpKind.F, stage, microbatch))")
             if not (_is_int(op.stage) and _is_int(op.microbatch)):
                 raise ScheduleError(f"schedule {schedule.name!r} has op {op.label}, whose stage and microbatch must "
                                     f"be ints (got {type(op.stage).__name__} and {type(op.microbatch).__name__})")

@@ -41,6 +41,10 @@ class Timeline:
         return self.end[self.index[op]]
 
 
+# What expect() says a timeline must be.
+A_TIMELINE = "a pipeplan Timeline (simulate(problem, schedule))"
+
+
 class _Replay:
     """All state of one replay: per-device cursors, the time each device becomes free, ends known so far."""
 

@@ -737,7 +737,8 @@ def checked_arguments(problem: object, settings: object, *, hints: object = (), 
                       stop: object = None, **overrides: Any) -> tuple[SolverSettings, list[Schedule]]:
     """:func:`solve`'s arguments checked (a :class:`ConfigError` naming the one that is wrong, not an
     AttributeError deep inside): the settings with the ``overrides`` (keywords such as ``time_limit_s``) on top,
-    and the hints as a list. For the Python API's functions that take them (solve, frontier, compare)."""
+    and the hints as a list, each replayed on ``problem`` (one that does not run there is an error). For the
+    Python API's functions that take them (solve, frontier, compare)."""
     expect("problem", problem, Problem, A_PROBLEM)
     if settings is not None:
         expect("settings", settings, SolverSettings, "a pipeplan.SolverSettings or None")
@@ -748,8 +749,12 @@ def checked_arguments(problem: object, settings: object, *, hints: object = (), 
     expect("hints", hints, (list, tuple) if isinstance(hints, str) else Iterable,
            "a list of schedules, e.g. [generate('1f1b', problem)]")
     listed: list[Schedule] = list(hints)  # type: ignore[call-overload]
-    for hint in listed:
+    for position, hint in enumerate(listed):
         expect("each of hints", hint, Schedule, A_SCHEDULE)
+        try:  # a hint of another problem (other sizes, a mistyped order) would be skipped without a word
+            simulate(problem, hint)  # type: ignore[arg-type]  # expect() checked it above
+        except ScheduleError as exc:
+            raise ConfigError(f"hints[{position}] is not a schedule of this problem: {exc}") from None
     return settings_with(settings, **overrides), listed  # type: ignore[arg-type]
 
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pipeplan.problem import ConfigError, Op, OpKind, Problem, counted, expect, shown
+from pipeplan.problem import A_PROBLEM, ConfigError, Op, OpKind, Problem, counted, expect, shown
 from pipeplan.reading import TORCH_CSV_BYTES, decoded, read_text
 from pipeplan.schedule import Schedule, ScheduleError, Wording
 from pipeplan.simulate import simulate
@@ -199,6 +200,7 @@ def from_torch_csv(problem: Problem, text: str, name: str = "torch-csv", source:
     the problem (ranks, stages, microbatches, placement, split backward), and naming the missing or repeated ops
     or the deadlock when its orders cannot run.
     """
+    expect("problem", problem, Problem, A_PROBLEM)
     expect("text", text, str, "the CSV's text (Path(file).read_text())")
     reader = _Reader(problem, source)
     orders = reader.read(text)
@@ -239,6 +241,8 @@ def read_torch_csv(problem: Problem, path: str | Path, name: str | None = None) 
 
     The schedule is named ``name``, by default the file's stem.
     """
+    expect("problem", problem, Problem, A_PROBLEM)
+    expect("path", path, (str, os.PathLike), "the path of a torch CSV file")
     file = Path(path)
     text = read_text(file, "torch CSV", TORCH_CSV_BYTES, keep_mark=True)  # torch's reader keeps it, and fails
     return from_torch_csv(problem, text, name=name or file.name.removesuffix(".csv").removesuffix(".torch"),

@@ -10,13 +10,24 @@ from typing import Any
 import pytest
 from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS
 
-from pipeplan import ConfigError, Problem, Schedule, ScheduleError, generate, load_config, simulate, solve
+from pipeplan import (
+    ConfigError,
+    Problem,
+    Schedule,
+    ScheduleError,
+    compute_metrics,
+    generate,
+    load_config,
+    memory_timeline,
+    simulate,
+    solve,
+)
 from pipeplan.config import SolverSettings, config_from_dict, load_yaml
 from pipeplan.frontier import frontier
 from pipeplan.planner import compare
 from pipeplan.problem import Op, OpKind
 from pipeplan.sizing.study import load_study, run_study
-from pipeplan.torch_csv import from_torch_csv
+from pipeplan.torch_csv import from_torch_csv, read_torch_csv
 from pipeplan.torch_run import run_in_torch
 
 SEED = CONFIGS.parent.parent / "models" / "seed-8x64.yaml"
@@ -370,6 +381,17 @@ WRONG_TYPES: list[tuple[Any, type[Exception], str]] = [
     (lambda: from_torch_csv(_problem(), b"0F0"), ConfigError, "text must be the CSV's text"),
     (lambda: from_torch_csv(_problem(), None), ConfigError, "text must be the CSV's text"),
     (lambda: run_in_torch(None), ConfigError, "jobs must be a list of TorchJob"),
+    # A second new user's trial: AttributeErrors from inside, and a hint of another problem skipped without a word.
+    (lambda: compute_metrics(None), ConfigError, "timeline must be a pipeplan Timeline (simulate(problem, schedule))"),
+    (lambda: compute_metrics(generate("1f1b", _problem())), ConfigError, "timeline must be a pipeplan Timeline"),
+    (lambda: memory_timeline(_problem()), ConfigError, "timeline must be a pipeplan Timeline"),
+    (lambda: simulate(_problem(), Schedule.from_lists("x", [[Op("F", 0, 0)], [], []])),  # type: ignore[arg-type]
+     ScheduleError, "schedule 'x' holds an op of kind 'F' at position 0 of device 0; a kind is OpKind.F"),
+    (lambda: read_torch_csv(None, "plan.csv"), ConfigError, "problem must be a pipeplan.Problem"),
+    (lambda: read_torch_csv(_problem(), None), ConfigError, "path must be the path of a torch CSV file"),
+    (lambda: from_torch_csv(None, "0F0"), ConfigError, "problem must be a pipeplan.Problem"),
+    (lambda: solve(Problem.build(3, 8), hints=[generate("1f1b", _problem())]), ConfigError,
+     "hints[0] is not a schedule of this problem: schedule '1f1b' is missing 24 ops"),
 ]
 
 
@@ -402,6 +424,10 @@ def test_the_early_size_check_counts_w_when_the_backward_is_split() -> None:
     with pytest.raises(ConfigError, match=re.escape("24,000,000 ops per step (8 model stages x 1000000 microbatches "
                                                     "x 3 kinds)") + ".*at most 83333"):
         Problem.build(8, 10**6, backward_weight=1.0)
+
+
+def test_a_range_counts_as_a_list() -> None:
+    assert Problem.build(4, 8, forward=range(1, 5)).forward == (1.0, 2.0, 3.0, 4.0)
 
 
 def test_numpy_arrays_and_pandas_series_count_as_lists() -> None:

@@ -152,8 +152,8 @@ EDITED_SUMMARIES = [
      "'chosen' is 'zb-h2', which its replay puts over the budget (a chosen schedule always fits it)"),
     (lambda f: _edit_summary(f, "chosen", "gpipe"), "'chosen' is 'gpipe', whose replay gives makespan 83.4, but "
      "'optimal' in the folder gives "),
-    (lambda f: _edit_summary(f, "memory_budget", 80), "'memory_budget' (of the config in it) is 80"),
-    (lambda f: _edit_summary(f, "num_microbatches", 13), "'num_microbatches' (of the config in it) is 13"),
+    (lambda f: _edit_summary(f, "memory_budget", 80), "'memory_budget' is 80 but its 'config' record gives "),
+    (lambda f: _edit_summary(f, "num_microbatches", 13), "'num_microbatches' is 13 but its 'config' record gives 12"),
 ]
 
 

@@ -697,7 +697,8 @@ def check_summary(summary: dict[str, Any], config: Config, timelines: dict[str, 
     }
     for key, value in expected.items():
         if key in summary and not (summary[key] is None if value is None else _same(summary[key], value)):
-            raise mismatch(f"{key!r} (of the config in it)", summary[key], value)
+            raise ConfigError(f"{path}: {key!r} is {_short(summary[key])} but its 'config' record gives "
+                              f"{_short(value)}; {rerun}")
     objective = config.solver.objective
     replayed: dict[str, Metrics] = {name: compute_metrics(timeline) for name, timeline in timelines.items()}
     for row in summary["schedules"]:
