@@ -468,7 +468,7 @@ def test_a_bound_between_whole_ticks_proves_the_next_one_up() -> None:
     assert [cpsat.whole_ticks(t) for t in (9001.0, 9001.0 + 1e-9, 9000.2, 9000.999996)] == [9001.0] * 4
 
 
-def test_hints_are_warm_starts_and_unfit_ones_are_skipped() -> None:
+def test_hints_are_warm_starts_and_unfit_ones_are_skipped_and_foreign_ones_refused() -> None:
     roomy = Problem.build(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=16))
     first = solve(roomy, objective="stage_span", time_limit_s=5, num_workers=2)
     assert first.status == OPTIMAL and first.objective < first.best_heuristic_objective - EPS
@@ -477,12 +477,16 @@ def test_hints_are_warm_starts_and_unfit_ones_are_skipped() -> None:
     assert again.heuristics[first.schedule.name] == pytest.approx(first.objective)
     assert again.objective == pytest.approx(first.objective)
     check_result(roomy, again, "stage_span")
-    # Over a smaller budget the same hint does not fit, and a hint for another pipeline does not apply at all.
+    # Over a smaller budget the same hint does not fit and is skipped.
     tight = Problem.build(**dict(FAMILY_4X8, num_stages=8, num_microbatches=16, budget=8))
-    foreign = solve(Problem.build(**FAMILY_4X8), time_limit_s=2, num_workers=1).schedule
-    result = solve(tight, objective="stage_span", time_limit_s=2, num_workers=2, hints=[first.schedule, foreign])
+    result = solve(tight, objective="stage_span", time_limit_s=2, num_workers=2, hints=[first.schedule])
     assert first.schedule.name not in result.heuristics
     check_result(tight, result, "stage_span")
+    # A hint for another pipeline is a mistake, said so (it was skipped without a word).
+    foreign = solve(Problem.build(**FAMILY_4X8), time_limit_s=2, num_workers=1).schedule
+    with pytest.raises(ConfigError, match=r"^hints\[1\] is not a schedule of this problem: schedule 'optimal' has 4 "
+                                          r"device orders, expected 8"):
+        solve(tight, time_limit_s=2, num_workers=1, hints=[first.schedule, foreign])
 
 
 def test_budget_below_one_microbatch_on_all_chunks_raises_with_the_smallest_budget() -> None:
