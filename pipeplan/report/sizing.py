@@ -134,7 +134,7 @@ def outside_ranking(result: StudyResult) -> str:
     not ranked: the sweep runs the optimizer only on its ``optimizer.top`` configurations, or its own run there,
     a time-limited search, found less); else ""."""
     from pipeplan.sizing.estimate import OPTIMAL
-    from pipeplan.sizing.sweep import CANDIDATE, DEFAULT_SCHEDULES, NEAR_TIE
+    from pipeplan.sizing.sweep import CANDIDATE, DEFAULT_SCHEDULES, NEAR_TIE, schedule_names_of
 
     best, optimal = result.best, result.optimal
     if not (best and optimal and optimal["fits"]) or (best["schedule"] == OPTIMAL and int(best["num_chunks"]) == 1):
@@ -146,11 +146,11 @@ def outside_ranking(result: StudyResult) -> str:
     for column in CANDIDATE:
         same &= frame[column] == ({**best, "num_chunks": 1}[column])
     ran = frame[same & frame["skipped"].isna()]
-    searched = result.study.sweep_kwargs.get("schedules", DEFAULT_SCHEDULES)
+    searched = schedule_names_of(result.study.sweep_kwargs.get("schedules", DEFAULT_SCHEDULES))
     if len(ran):
         why = (f"the sweep's own optimizer run there found {float(ran['tokens_per_s'].max()):,.0f} tokens/s within "
                "its time limit")
-    elif OPTIMAL in ([searched] if isinstance(searched, str) else searched):
+    elif OPTIMAL in searched:
         why = ("the sweep ran the optimizer only on its optimizer.top configurations, not on this one; raise "
                "optimizer.top to rank it")
     else:

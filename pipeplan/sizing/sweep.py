@@ -115,6 +115,11 @@ def _label(setup: Setup) -> str:
 DEFAULT_SCHEDULES = "1f1b"
 
 
+def schedule_names_of(schedules: object = DEFAULT_SCHEDULES) -> list[str]:
+    """The names a sweep given ``schedules`` (one name or several) runs, each once, in order."""
+    return list(dict.fromkeys(str(s) for s in _as_list("schedules", schedules)))
+
+
 def sweep(
     *,
     model: object,
@@ -236,7 +241,7 @@ def sweep_with_stats(
         should_stop = (lambda: stop.requested or asked()) if asked is not None else (lambda: stop.requested)
     model_rec = load_model(model)
     hardware_rec = load_hardware(hardware)
-    names = list(dict.fromkeys(str(s) for s in _as_list("schedules", schedules)))
+    names = schedule_names_of(schedules)
     for name in names:
         check_schedule(name)
     modes = list(dict.fromkeys(str(m) for m in _as_list("recompute", recompute)))
