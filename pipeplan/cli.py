@@ -891,8 +891,9 @@ class _SweepPlace:
     without --force.
     """
 
-    def __init__(self, out: Path | None, force: bool, store_path: Path | None, jobs: int | None,
+    def __init__(self, kind: str, out: Path | None, force: bool, store_path: Path | None, jobs: int | None,
                  ray_address: str | None) -> None:
+        self.kind = kind  # the command: "size" or "frontier", as its store's rows say
         self.out = out
         if out is not None and store_path is not None and store_path.resolve().is_relative_to(out.resolve()):
             if store_path.resolve() != (out / STORE_NAME).resolve():
@@ -979,7 +980,17 @@ class _SweepPlace:
         if made:
             self.force = True
             return
-        self.force = self.asked_force or (out is not None and is_unfinished_sweep(out))
+        unfinished = out is not None and is_unfinished_sweep(out)
+        if unfinished and out is not None and not self.asked_force:
+            # Another command's unfinished sweep is not this one's to resume: replacing it would lose its results.
+            from pipeplan.store import stored_kinds
+
+            others = sorted((stored_kinds(out / STORE_NAME) or frozenset()) - {self.kind})
+            if others:
+                raise ConfigError(f"output folder {str(out)!r} holds an unfinished 'pipeplan {others[0]}' run (its "
+                                  f"store only); run 'pipeplan {others[0]}' with this --out again to resume it, or "
+                                  f"pick another --out for this {self.kind} (--force replaces it)")
+        self.force = self.asked_force or unfinished
         _refuse_existing(out, self.force)
 
     def _release(self) -> None:
@@ -1142,7 +1153,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     stats: dict[str, Any] = {}
     if tasks:
         with _Interrupts(stop, _SWEEP_STOPPING) as interrupts, \
-                _SweepPlace(out, force, store_path, jobs, ray_address) as place, \
+                _SweepPlace("frontier", out, force, store_path, jobs, ray_address) as place, \
                 _TaskProgress(quiet, show_progress) as task_progress:
             _warn_refresh_without_store(refresh, place.store)
             rows = frontier(cfg.problem, sweep, settings, stop=stop, executor=place.executor, store=place.store,
@@ -1282,7 +1293,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
         jobs = int(loaded.sweep_kwargs.get("processes", 1))
     stop = StopRequest()
     with _Interrupts(stop, _SWEEP_STOPPING) as interrupts, \
-            _SweepPlace(out, force, store_path, jobs, ray_address) as place, \
+            _SweepPlace("size", out, force, store_path, jobs, ray_address) as place, \
             _TaskProgress(quiet, show_progress) as progress:
         _warn_refresh_without_store(refresh, place.store)
         result = run_study(loaded, time_limit_s=time_limit, progress=progress, executor=place.executor,

@@ -70,6 +70,23 @@ with contextlib.closing(sqlite3.connect(":memory:")) as _schema:
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
+def stored_kinds(path: Path) -> frozenset[str] | None:
+    """The kinds of the results in the store file ``path`` (``"size"``, ``"frontier"``); None when it cannot be
+    read as a store (the command that opens it then says why). Read as a store is, never created: a read-only
+    connection would leave SQLite's -wal and -shm files of the store's journal behind it, where a connection
+    that may write removes them when it closes."""
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True, timeout=5)
+    except (sqlite3.Error, ValueError):
+        return None
+    try:
+        return frozenset(kind for (kind,) in db.execute("SELECT DISTINCT kind FROM results"))
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+
+
 def check_store(store: object) -> None:
     """A :class:`ConfigError` unless ``store`` is a :class:`Store` or None (a path given instead failed inside)."""
     if store is not None and not isinstance(store, Store):

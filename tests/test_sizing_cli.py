@@ -22,6 +22,7 @@ from pipeplan import ConfigError, load_config
 from pipeplan.cli import USER_ERROR, main
 from pipeplan.sizing import study as study_module
 from pipeplan.sizing.study import load_study
+from pipeplan.store import Store, stored_kinds
 
 ROOT = Path(__file__).resolve().parent.parent
 # The module, not the function pipeplan.sizing exports under the same name.
@@ -395,3 +396,55 @@ def test_a_stored_row_without_its_fields_runs_again(capsys: pytest.CaptureFixtur
     assert "0 of 4 results came from the store" in again, again
     table = [line for line in first.splitlines() if "1f1b" in line]
     assert table and table == [line for line in again.splitlines() if "1f1b" in line]
+
+
+def _sweep_args(command: str, tmp_path: Path, out: Path) -> list[str]:
+    if command == "size":
+        return ["size", write_study(tmp_path, GOOD), "--out", str(out), "--quiet"]
+    return ["frontier", str(ROOT / "tests" / "configs" / "good-minimal.yaml"), "--budgets", "2:3:1",
+            "--time-limit", "0.5", "--workers", "1", "--jobs", "1", "--quiet", "--out", str(out)]
+
+
+@pytest.mark.parametrize(("stored", "command"), [("size", "frontier"), ("frontier", "size")])
+def test_an_unfinished_sweep_of_another_command_is_refused_not_taken_over(
+        stored: str, command: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A folder holding only a store is an unfinished sweep, which running the same command again resumes; the
+    other command would have replaced it, and its results with it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    with Store(out / "store.sqlite") as store:
+        store.put("some task", stored, f"a {stored} task", error="stopped")
+    before = (out / "store.sqlite").read_bytes()
+    code, stdout, stderr = run(capsys, *_sweep_args(command, tmp_path, out))
+    assert code == USER_ERROR
+    assert f"holds an unfinished 'pipeplan {stored}' run" in stderr
+    assert f"run 'pipeplan {stored}' with this --out again to resume it" in stderr
+    assert "Traceback" not in stderr and not stdout
+    assert [p.name for p in out.iterdir()] == ["store.sqlite"]  # no journal files left beside it either
+    assert (out / "store.sqlite").read_bytes() == before
+
+
+def test_an_unfinished_frontier_of_its_own_is_resumed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    with Store(out / "store.sqlite") as store:
+        store.put("some task", "frontier", "a frontier task", error="stopped")
+    assert stored_kinds(out / "store.sqlite") == {"frontier"}
+    code, _, stderr = run(capsys, *_sweep_args("frontier", tmp_path, out))
+    assert code == 0, stderr
+    assert {"frontier.csv", "store.sqlite"} <= {p.name for p in out.iterdir()}
+
+
+def test_stored_kinds_reads_a_store_and_nothing_else(tmp_path: Path) -> None:
+    assert stored_kinds(tmp_path / "missing.sqlite") is None
+    assert not (tmp_path / "missing.sqlite").exists()  # never created
+    (tmp_path / "text.sqlite").write_text("not a database", encoding="utf-8")
+    assert stored_kinds(tmp_path / "text.sqlite") is None
+    with sqlite3.connect(tmp_path / "other.sqlite") as db:
+        db.execute("CREATE TABLE things (name TEXT)")
+    assert stored_kinds(tmp_path / "other.sqlite") is None
+    with Store(tmp_path / "store.sqlite") as store:
+        assert stored_kinds(tmp_path / "store.sqlite") == frozenset()
+        store.put("a", "size", "a size task", error="stopped")
+        store.put("b", "frontier", "a frontier task", error="stopped")
+    assert stored_kinds(tmp_path / "store.sqlite") == {"size", "frontier"}
