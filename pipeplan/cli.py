@@ -927,6 +927,8 @@ class _SweepPlace:
                 if self.in_out and self.out is not None:
                     self._make_and_hold(self.out)
                 self.store = self.stack.enter_context(Store(self.store_path))
+                if self.in_out:
+                    self.store.own(self.kind)
         except BaseException:
             self.stack.close()
             self._release()

@@ -70,16 +70,24 @@ with contextlib.closing(sqlite3.connect(":memory:")) as _schema:
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
+# The meta key naming the command whose result folder holds the store ("size" or "frontier"; see Store.own).
+OWNER = "command"
+
+
 def stored_kinds(path: Path) -> frozenset[str] | None:
-    """The kinds of the results in the store file ``path`` (``"size"``, ``"frontier"``); None when it cannot be
-    read as a store (the command that opens it then says why). Read as a store is, never created: a read-only
-    connection would leave SQLite's -wal and -shm files of the store's journal behind it, where a connection
-    that may write removes them when it closes."""
+    """Which sweep the store file ``path`` belongs to: the command that holds it in its result folder
+    (:meth:`Store.own`) when one does, else the kinds of its results (``"size"``, ``"frontier"``; none in an
+    empty store); None when it cannot be read as a store (the command that opens it then says why). Read as a
+    store is, never created: a read-only connection would leave SQLite's -wal and -shm files behind it, where a
+    connection that may write removes them when it closes."""
     try:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True, timeout=5)
     except (sqlite3.Error, ValueError):
         return None
     try:
+        owner = db.execute("SELECT value FROM meta WHERE key = ?", (OWNER,)).fetchall()
+        if owner:
+            return frozenset({owner[0][0]})
         return frozenset(kind for (kind,) in db.execute("SELECT DISTINCT kind FROM results"))
     except sqlite3.Error:
         return None
@@ -359,6 +367,16 @@ class Store:
     def _damaged(self, kind: str, label: str, key: str, why: Exception) -> StoreError:
         return StoreError(f"the store {str(self.path)!r} has a damaged row ({kind} {label!r}, key {key[:12]}...): "
                           f"{why}")
+
+    def own(self, command: str) -> None:
+        """Record that the result folder of ``command`` (``"size"`` or ``"frontier"``) holds this store, so that
+        the other command does not take the folder over while it holds only the store, an unfinished sweep, even
+        before any result is stored (:func:`stored_kinds`)."""
+        try:
+            with self._db:
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (OWNER, command))
+        except sqlite3.OperationalError as exc:
+            raise self._cannot_write(exc) from None
 
     def put(self, key: str, kind: str, label: str, output: TaskOutput | None = None, error: str | None = None) -> None:
         """Write one row in its own transaction (replacing a failed row of the same key)."""

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
+from test_sweeps import _StoppedAtOnce
 
 from pipeplan import ConfigError, load_config
 from pipeplan.cli import USER_ERROR, main
@@ -424,6 +425,24 @@ def test_an_unfinished_sweep_of_another_command_is_refused_not_taken_over(
     assert (out / "store.sqlite").read_bytes() == before
 
 
+def test_a_sweep_stopped_before_any_result_is_still_its_own(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unfinished sweep whose store holds no result yet is known by the command that made it."""
+    out = tmp_path / "out"
+    monkeypatch.setattr("pipeplan.cli.StopRequest", _StoppedAtOnce)
+    code, _, _ = run(capsys, *_sweep_args("frontier", tmp_path, out))
+    assert code == 130
+    assert [p.name for p in out.iterdir()] == ["store.sqlite"]
+    with Store(out / "store.sqlite") as store:
+        assert store.rows() == []
+    assert stored_kinds(out / "store.sqlite") == {"frontier"}
+    monkeypatch.undo()
+    code, _, stderr = run(capsys, *_sweep_args("size", tmp_path, out))
+    assert code == USER_ERROR
+    assert "holds an unfinished 'pipeplan frontier' run" in stderr
+    assert [p.name for p in out.iterdir()] == ["store.sqlite"]
+
+
 def test_an_unfinished_frontier_of_its_own_is_resumed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -448,3 +467,6 @@ def test_stored_kinds_reads_a_store_and_nothing_else(tmp_path: Path) -> None:
         store.put("a", "size", "a size task", error="stopped")
         store.put("b", "frontier", "a frontier task", error="stopped")
     assert stored_kinds(tmp_path / "store.sqlite") == {"size", "frontier"}
+    with Store(tmp_path / "store.sqlite") as store:
+        store.own("frontier")  # the folder's command, whatever the rows
+    assert stored_kinds(tmp_path / "store.sqlite") == {"frontier"}
