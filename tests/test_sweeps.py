@@ -103,6 +103,22 @@ def test_local_executor_yields_every_index_and_captures_failures(jobs: int) -> N
     assert results[1].error is not None and results[1].error.startswith("ValueError: math domain error")
 
 
+@pytest.mark.parametrize("stopped", [False, True], ids=["crash", "ctrl-c"])
+def test_workers_killed_by_a_ctrl_c_leave_their_tasks_unfinished_not_failed(stopped: bool) -> None:
+    """A Ctrl-C from the terminal reaches the workers too and kills those still starting; when the sweep is being
+    stopped, their tasks are not reported as failed (a size then said no configuration could run, a frontier
+    wrote a table of failed rows). Without a stop, a dead worker still fails its tasks."""
+    with LocalExecutor(2) as executor:
+        # The stop comes as the workers die (the executor drops its pool when it finds it broken).
+        results = list(executor.map(os._exit, [1, 1, 1],  # each worker dies
+                                    should_stop=lambda: stopped and executor._pool is None))
+    if stopped:
+        assert results == []
+    else:
+        assert sorted(r.index for r in results) == [0, 1, 2]
+        assert all(r.error is not None and r.error.startswith("BrokenProcessPool") for r in results)
+
+
 # A task that logs a warning on one of pipeplan's loggers and returns None (picklable: a logger pickles by name).
 WARN = functools.partial(logging.Logger.warning, logging.getLogger("pipeplan.test"), "seen %s")
 

@@ -148,6 +148,11 @@ class LocalExecutor:
                     results = future.result()
                 except BrokenProcessPool:
                     self._pool = None  # broken for good: the next map starts a new one
+                    if should_stop is not None and should_stop():
+                        # A Ctrl-C from the terminal reaches the workers too, and kills those still starting
+                        # (before they ignore it): its tasks did not fail, the sweep was stopped. The signal's
+                        # handler has run by now, in this process's main thread, before this one went on.
+                        continue
                     error = worker_died()
                     results = [TaskResult(index, error=error) for index in futures[future]]
                 except Exception as exc:  # e.g. an input or a result that cannot be pickled
