@@ -791,7 +791,11 @@ def _write_output(target: Path, text: str, force: bool, what: str) -> None:
 
 
 # What the first Ctrl-C does to a sweep on tasks.
-_SWEEP_STOPPING = "stopping the sweep; finished tasks are kept"
+def _sweep_stopping(out: Path | None, store_path: Path | None) -> str:
+    """What the first Ctrl-C of a sweep says: finished tasks are kept in a store (--out DIR or --store FILE),
+    else only shown."""
+    kept = "kept" if out is not None or store_path is not None else "shown"
+    return f"stopping the sweep; finished tasks are {kept}"
 # The store's file name inside --out when --store is not given.
 STORE_NAME = "store.sqlite"
 
@@ -1154,7 +1158,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
     stop = StopRequest()
     stats: dict[str, Any] = {}
     if tasks:
-        with _Interrupts(stop, _SWEEP_STOPPING) as interrupts, \
+        with _Interrupts(stop, _sweep_stopping(out, store_path)) as interrupts, \
                 _SweepPlace("frontier", out, force, store_path, jobs, ray_address) as place, \
                 _TaskProgress(quiet, show_progress) as task_progress:
             _warn_refresh_without_store(refresh, place.store)
@@ -1294,7 +1298,7 @@ def size(study: str, out: Path | None, top: int, time_limit: float | None, force
     if jobs is None and ray_address is None:
         jobs = int(loaded.sweep_kwargs.get("processes", 1))
     stop = StopRequest()
-    with _Interrupts(stop, _SWEEP_STOPPING) as interrupts, \
+    with _Interrupts(stop, _sweep_stopping(out, store_path)) as interrupts, \
             _SweepPlace("size", out, force, store_path, jobs, ray_address) as place, \
             _TaskProgress(quiet, show_progress) as progress:
         _warn_refresh_without_store(refresh, place.store)

@@ -344,3 +344,13 @@ def test_ctrl_c_in_an_in_process_sweep_names_the_budget_cut_short_and_those_not_
     assert captured.err.strip().splitlines()[-1] == (
         f"pipeplan: interrupted: {stopped}; 2 of 3 budgets were not run (6, 7); with --store FILE a sweep keeps "
         "every budget it finishes and the same command again runs only the rest")
+
+
+def test_a_sweeps_first_ctrl_c_says_kept_only_when_there_is_a_store(tmp_path: Path) -> None:
+    # A sweep of worker processes (or on Ray) without --out or --store keeps nothing: its first Ctrl-C said
+    # "finished tasks are kept", and the last line then that none was stored.
+    from pipeplan.cli import _sweep_stopping
+
+    assert _sweep_stopping(None, None) == "stopping the sweep; finished tasks are shown"
+    assert _sweep_stopping(tmp_path / "out", None).endswith("finished tasks are kept")
+    assert _sweep_stopping(None, tmp_path / "store.sqlite").endswith("finished tasks are kept")
