@@ -790,12 +790,13 @@ def _write_output(target: Path, text: str, force: bool, what: str) -> None:
     click.echo(f"wrote {target}{what}")
 
 
-# What the first Ctrl-C does to a sweep on tasks.
 def _sweep_stopping(out: Path | None, store_path: Path | None) -> str:
-    """What the first Ctrl-C of a sweep says: finished tasks are kept in a store (--out DIR or --store FILE),
-    else only shown."""
+    """What the first Ctrl-C of a sweep on tasks says: finished tasks are kept in a store (--out DIR or --store
+    FILE), else only shown."""
     kept = "kept" if out is not None or store_path is not None else "shown"
     return f"stopping the sweep; finished tasks are {kept}"
+
+
 # The store's file name inside --out when --store is not given.
 STORE_NAME = "store.sqlite"
 
