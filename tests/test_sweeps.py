@@ -119,6 +119,39 @@ def test_workers_killed_by_a_ctrl_c_leave_their_tasks_unfinished_not_failed(stop
         assert all(r.error is not None and r.error.startswith("BrokenProcessPool") for r in results)
 
 
+def test_a_ctrl_c_while_workers_import_neither_kills_them_nor_prints_a_traceback(tmp_path: Path) -> None:
+    """The terminal's Ctrl-C reaches every process of the group, workers that are still importing included: they
+    died there with a KeyboardInterrupt traceback, before they could ignore it. Here each worker sends itself
+    SIGINT while it imports the script (as "__mp_main__"); the tasks still run, and nothing is printed."""
+    script = tmp_path / "pool.py"
+    script.write_text("import math, os, signal, time\n"
+                      "from pipeplan.executors.local import LocalExecutor\n"
+                      "if __name__ == '__mp_main__':  # a worker importing this script\n"
+                      "    os.kill(os.getpid(), signal.SIGINT)\n"
+                      "    time.sleep(0.2)\n"
+                      "if __name__ == '__main__':\n"
+                      "    with LocalExecutor(2) as executor:\n"
+                      "        results = executor.map(math.sqrt, [4.0, 9.0])\n"
+                      "        print(sorted((r.index, r.value, r.error) for r in results))\n",
+                      encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], env=child_env(), capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[(0, 2.0, None), (1, 3.0, None)]", done.stdout + done.stderr
+    assert done.stderr == ""
+
+
+def test_a_worker_ignores_ctrl_c_and_no_longer_blocks_it() -> None:
+    """After its set-up a worker ignores SIGINT (the parent decides) and has it unblocked again, so that what it
+    starts itself does not inherit the block it was started with."""
+    with LocalExecutor(2) as executor:
+        handlers = [r.value for r in executor.map(signal.getsignal, [signal.SIGINT] * 2)]
+        masks = [r.value for r in executor.map(functools.partial(signal.pthread_sigmask, signal.SIG_BLOCK), [[]] * 2)]
+    assert handlers == [signal.SIG_IGN] * 2
+    assert len(masks) == 2 and not any(signal.SIGINT in mask for mask in masks), masks
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # nor blocked here after the map
+
+
 # A task that logs a warning on one of pipeplan's loggers and returns None (picklable: a logger pickles by name).
 WARN = functools.partial(logging.Logger.warning, logging.getLogger("pipeplan.test"), "seen %s")
 

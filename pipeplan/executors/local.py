@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,30 @@ def _call_batch(function: Callable[[Any], Any], batch: list[tuple[int, Any]]) ->
 def _start_worker(parent: int) -> None:
     """A worker's set-up: it leaves Ctrl-C to the parent, which decides whether to stop them (the terminal sends
     it to all), and ends itself when the parent, process ``parent``, is gone (:func:`_end_with_parent`; the
-    parent's pid is passed in, since a parent killed while the worker started has been replaced already)."""
+    parent's pid is passed in, since a parent killed while the worker started has been replaced already).
+
+    The worker was started with Ctrl-C blocked (:func:`_ctrl_c_held`), so one that came while it imported is
+    pending: ignored first, then unblocked, it is dropped."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     threading.Thread(target=_end_with_parent, args=(parent,), daemon=True).start()
+
+
+@contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C (SIGINT) blocked in this thread while worker processes start from it: they inherit the block, so
+    the terminal's Ctrl-C cannot interrupt them while they import, before they ignore it (:func:`_start_worker`);
+    such a worker printed its KeyboardInterrupt and died. This process loses nothing: the signal goes to another
+    of its threads, or waits until the block ends, and its handler runs in the main thread either way."""
+    if not hasattr(signal, "pthread_sigmask"):  # not on Windows
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _end_with_parent(parent: int) -> None:
@@ -135,8 +157,9 @@ class LocalExecutor:
                                              initializer=_start_worker, initargs=(os.getpid(),))
         size = max(1, min(_MAX_BATCH, len(inputs) // (self.jobs * 32)))
         batches = [list(enumerate(inputs))[start:start + size] for start in range(0, len(inputs), size)]
-        futures: dict[Future[list[TaskResult]], list[int]] = {  # keyed by future: the indices of its inputs
-            self._pool.submit(_call_batch, function, batch): [index for index, _ in batch] for batch in batches}
+        with _ctrl_c_held():  # a submit starts a worker process when none is free, up to the pool's size
+            futures: dict[Future[list[TaskResult]], list[int]] = {  # keyed by future: the indices of its inputs
+                self._pool.submit(_call_batch, function, batch): [index for index, _ in batch] for batch in batches}
         waiting = set(futures)
         while waiting:
             if should_stop is not None and should_stop():
