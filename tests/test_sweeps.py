@@ -217,7 +217,7 @@ def test_ray_executor_yields_every_index_and_captures_failures(ray_cluster: Any)
 def test_a_script_without_the_main_guard_is_told_so(tmp_path: Path) -> None:
     """A script that sweeps with worker processes at import, without `if __name__ == "__main__":`: each worker
     ("spawn") imports it again and would start workers of its own. The workers' error and each row's say so (the
-    rows used to blame memory: "killed, out of memory or crashed")."""
+    rows used to blame memory: "killed, out of memory or crashed"), the workers' without a traceback."""
     script = tmp_path / "study.py"
     script.write_text(
         "from pipeplan.sizing import sweep\n"
@@ -228,6 +228,7 @@ def test_a_script_without_the_main_guard_is_told_so(tmp_path: Path) -> None:
     guard = 'under `if __name__ == "__main__":`'
     assert done.returncode == 0, done.stderr
     assert "worker processes were started while a worker was importing the script" in done.stderr
+    assert "Traceback" not in done.stderr  # the workers end with the message alone
     assert done.stderr.count(guard) >= 1 and "BrokenProcessPool" in done.stdout and guard in done.stdout, done.stdout
 
 

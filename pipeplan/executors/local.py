@@ -151,7 +151,8 @@ class LocalExecutor:
         if getattr(multiprocessing.current_process(), "_inheriting", False):
             # This process is a worker still importing the parent's script ("spawn" imports it again): the script
             # starts workers at import, so each worker would start more. Python's own error says it less plainly.
-            raise RuntimeError(SCRIPT_GUARD)
+            # The worker ends with the message alone: a traceback of the import machinery would bury it.
+            raise SystemExit(f"pipeplan: {SCRIPT_GUARD}")
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_start_worker, initargs=(os.getpid(),))
