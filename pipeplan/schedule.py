@@ -67,12 +67,26 @@ class Schedule:
 
     @classmethod
     def from_lists(cls, name: str, orders: Sequence[Sequence[Op]], flushes: int = 1) -> Schedule:
-        """Build a schedule from mutable per-device lists."""
+        """Build a schedule from mutable per-device lists (what they hold is checked when it is replayed)."""
+        expect("name", name, str, "a str, the schedule's name", ScheduleError)
+        if isinstance(orders, (str, bytes)) or not all(_iterable(order) for order in _listed(orders)):
+            raise ScheduleError(f"orders must be a list of one list of ops per device, got {type(orders).__name__} "
+                                f"{shown(orders, 40)}")
         return cls(name, tuple(tuple(order) for order in orders), flushes)
 
     @property
     def num_ops(self) -> int:
         return sum(len(order) for order in self.orders)
+
+
+def _iterable(value: object) -> bool:
+    """Whether ``value`` can be a device's order: a list or tuple of ops, not a single op or a string."""
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, Op))
+
+
+def _listed(orders: object) -> Sequence[object]:
+    """``orders`` as a sequence, or [None] (not an order) when it is none."""
+    return orders if _iterable(orders) else [None]  # type: ignore[return-value]
 
 
 # What expect() says a schedule must be.

@@ -347,6 +347,11 @@ WRONG_TYPES: list[tuple[Any, type[Exception], str]] = [
     (lambda: simulate(_problem(), Schedule.from_lists("x", [[Op(OpKind.F, 0.0, 0)], [], []])), ScheduleError,
      "schedule 'x' has op F0@s0.0, whose stage and microbatch must be ints (got float and int)"),
     (lambda: simulate(_problem(), None), ScheduleError, "schedule must be a pipeplan.Schedule"),
+    # Found by a new user's trial: the first raised TypeError (not iterable) inside; a string (a schedule's name)
+    # is named as what it is.
+    (lambda: Schedule.from_lists("x", 5), ScheduleError, "orders must be a list of one list of ops per device, got"),
+    (lambda: Schedule.from_lists("x", [5, 6]), ScheduleError, "orders must be a list of one list of ops per device"),
+    (lambda: simulate(_problem(), "gpipe"), ScheduleError, "schedule must be a pipeplan.Schedule (generate(name, "),
     (lambda: simulate("p", generate("1f1b", _problem())), ConfigError, "problem must be a pipeplan.Problem"),
     (lambda: solve("models/seed-8x64.yaml"), ConfigError,
      "problem must be a pipeplan.Problem (Problem.build(...), or load_config(path).problem), got str"),

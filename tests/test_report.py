@@ -338,6 +338,10 @@ def test_the_headline_also_names_the_best_named_schedule_within_the_budget() -> 
     summary |= {"chosen": "1f1b", "memory_budget": None}
     summary["schedules"][0] |= {"feasible": True, "makespan": 163.9}
     assert "faster than" not in _headline(summary, Units(time="ms", memory="GiB"))
+    # A tie with the baseline when another schedule is chosen reads as one, not "0.0 % faster than 1f1b".
+    summary["chosen"] = "gpipe"
+    tie = _headline(summary, Units(time="ms", memory="GiB"))
+    assert "; as fast as 1f1b (163.9)" in tie and "0.0 % faster" not in tie, tie
 
 
 def _damage_everywhere(summary: dict[str, object]) -> list[tuple[str, dict[str, object]]]:

@@ -203,8 +203,11 @@ def _headline(summary: dict[str, Any], units: Units, stopped: str = "") -> str:
     for n, row in enumerate(dict((row["schedule"], row) for row in compared).values()):
         change = (chosen[objective] - row[objective]) / row[objective]
         which = "" if n == 0 else f"the best named schedule{within}, "
-        text += (f"{'; ' if n == 0 else ' and '}{_pct(abs(change))} {'faster' if change <= 0 else 'slower'} than "
-                 f"{which}{html.escape(row['schedule'])} ({_num(row[objective], 6)})")
+        # A tie (to the shown precision) is said as one, not as "0.0 % faster" (1 microbatch: GPipe is 1F1B).
+        than = ("as fast as" if _pct(abs(change)) == _pct(0.0)
+                else f"{_pct(abs(change))} {'faster' if change <= 0 else 'slower'} than")
+        text += (f"{'; ' if n == 0 else ' and '}{than} {which}{html.escape(row['schedule'])} "
+                 f"({_num(row[objective], 6)})")
     optimal = rows.get("optimal")
     if optimal is not None and "status" in optimal:
         text += (f". The optimizer's answer is {optimal['status']} (lower bound {_num(optimal['lower_bound'], 6)}, "
