@@ -529,6 +529,10 @@ class _OutPath(click.Path):
             if not self.stdout:
                 return STDOUT
             self.fail(f"'-' (the standard output) cannot hold a {self.what}; {self.stdout}", param, ctx)
+        if self.what == "file" and isinstance(value, str) and value.endswith(("/", os.sep)):
+            # A path read as a file drops the slash: 'reports/' used to be written as a file named reports.
+            self.fail(f"{value!r} ends in '/', so it names a folder, not a file; add the file's name after it", param,
+                      ctx)
         return super().convert(value, param, ctx)
 
 

@@ -105,6 +105,12 @@ def test_report_command_rebuilds_the_same_page_from_the_files(
     assert "is a directory" in capsys.readouterr().err
     assert main(["report", str(copy), "--out", ""]) == USER_ERROR
     assert "Invalid value for '--out': is empty; give a file name" in capsys.readouterr().err
+    # A name ending in '/' names a folder (a new user's trial: 'reports/' was written as a file named reports).
+    assert main(["report", str(copy), "--out", f"{tmp_path / 'reports'}/"]) == USER_ERROR
+    assert "ends in '/', so it names a folder, not a file; add the file's name after it" in capsys.readouterr().err
+    assert not (tmp_path / "reports").exists()
+    assert main(["export", str(copy), "--out", f"{tmp_path / 'csv'}/"]) == USER_ERROR
+    assert "names a folder, not a file" in capsys.readouterr().err and not (tmp_path / "csv").exists()
 
 
 def _tamper_op(folder: Path) -> None:
