@@ -83,7 +83,13 @@ def read_source(path: str | os.PathLike[str], what: str, limit: int, larger: str
         named = f"the {what.removesuffix(' file')} on the standard input"
         return Source(read_stdin(named, limit, larger), "stdin", Path.cwd(), named)
     file = Path(path)
-    return Source(read_text(file, what, limit, larger=larger), file.stem, file.parent, f"the {what}")
+    return Source(read_text(file, what, limit, larger=larger), stem_text(file), file.parent, f"the {what}")
+
+
+def stem_text(path: Path) -> str:
+    """``path``'s stem as text, for a default name: bytes of a file name that are not UTF-8 (which Python keeps as
+    lone surrogates, which no file or JSON can hold) become U+FFFD, as a terminal shows them."""
+    return os.fsencode(path.stem).decode("utf-8", "replace")
 
 
 def read_stdin(named: str, limit: int, larger: str = "check that this is the right file",

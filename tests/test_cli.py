@@ -807,3 +807,24 @@ def test_log_lines_name_pipeplan_or_the_library_they_come_from() -> None:
     assert line("pipeplan.solver", logging.WARNING) == "pipeplan: warning: text 7"
     assert line("pipeplan", logging.DEBUG) == "pipeplan: debug: text 7"
     assert line("ray.worker", logging.WARNING) == "ray.worker: warning: text 7"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a file name that is not UTF-8 needs a POSIX file system")
+def test_a_config_file_name_that_is_not_utf8_names_the_problem_with_a_replacement_character(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A config without `name` is named after its file. A file name with a byte that is not UTF-8 (Python holds
+    it as a lone surrogate) made solve --out and frontier --out fail as an internal error (exit 1) when they wrote
+    it; the byte now shows as U+FFFD, as a terminal shows it."""
+    config = tmp_path / os.fsdecode(b"bad\xffname.yaml")
+    config.write_text("pipeline: {num_stages: 2, num_microbatches: 4}\n"
+                      "costs: {forward: 1.0, backward: 2.0, comm: 0.1}\nmemory: {activation: 1, budget: 2}\n",
+                      encoding="utf-8")
+    out = tmp_path / "run"
+    assert main(["solve", str(config), "--time-limit", "1", "--workers", "1", "--quiet", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["config"]["name"] == "bad\ufffdname"
+    assert main(["report", str(out), "--force"]) == 0
+    assert main(["frontier", str(config), "--budgets", "2", "--time-limit", "1", "--quiet",
+                 "--out", str(tmp_path / "sweep")]) == 0
+    assert "bad\ufffdname" in (tmp_path / "sweep" / "frontier.html").read_text(encoding="utf-8")
+    capsys.readouterr()

@@ -20,7 +20,7 @@ import yaml
 
 from pipeplan.config import load_yaml
 from pipeplan.problem import ConfigError, did_you_mean, np_bool_types
-from pipeplan.reading import SMALL_FILE_BYTES, read_text
+from pipeplan.reading import SMALL_FILE_BYTES, read_text, stem_text
 
 
 @functools.cache
@@ -52,7 +52,7 @@ def resolve(value: object, kind: str, what: str) -> tuple[str, dict[str, Any]]:
         if not isinstance(data, Mapping):
             raise ConfigError(f"{what} file {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
         name, fields = resolve(dict(data), kind, what)
-        return (name if "preset" in data or "name" in data else path.stem), fields
+        return (name if "preset" in data or "name" in data else stem_text(path)), fields
     if isinstance(value, str):
         if value not in known:
             raise ConfigError(f"unknown {what} preset {value!r}{did_you_mean(value, known)}; valid presets: "
