@@ -295,6 +295,13 @@ def _solve_folder_with_notes(out: Path) -> None:
     (out / "notes.txt").write_text("mine", encoding="utf-8")
 
 
+def _solve_folder_with_a_json_note_in_schedules(out: Path) -> None:
+    """A real result folder with a note of the user's in schedules/ named like a schedule's file (a new user's
+    trial: any .json there was taken as pipeplan's, and --force deleted it)."""
+    assert main([*SOLVE, "--out", str(out)]) == 0
+    (out / "schedules" / "notes.json").write_text("my hand-tuned notes", encoding="utf-8")
+
+
 def _solve_folder_with_folders_named_like_a_browsers_files(out: Path) -> None:
     """A real result folder beside which the user keeps folders whose names a file browser uses for its files."""
     assert main([*SOLVE, "--out", str(out)]) == 0
@@ -309,9 +316,11 @@ def _solve_folder_with_folders_named_like_a_browsers_files(out: Path) -> None:
     (_fake_store, "is not a pipeplan result folder: its store.sqlite is not an SQLite file, and it holds no "
                   "summary.json"),
     (_solve_folder_with_notes, "holds what pipeplan does not write (notes.txt)"),
+    (_solve_folder_with_a_json_note_in_schedules, "holds what pipeplan does not write (schedules/notes.json)"),
     (_solve_folder_with_folders_named_like_a_browsers_files, "holds what pipeplan does not write (._my-notes, "
      "Thumbs.db)"),
-], ids=["project", "text-named-store", "result-with-notes", "folders-named-like-browser-files"])
+], ids=["project", "text-named-store", "result-with-notes", "json-note-in-schedules",
+        "folders-named-like-browser-files"])
 def test_force_never_replaces_a_folder_holding_what_pipeplan_does_not_write(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, make: object, message: str) -> None:
     # A file named summary.json or store.sqlite used to be proof enough: --force deleted the user's src/main.c.

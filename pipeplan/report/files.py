@@ -179,11 +179,23 @@ def foreign_entries(path: Path) -> list[str]:
                if not (_ours(entry.name) or _browsers(entry))]
     schedules = path / "schedules"
     if schedules.is_dir() and not schedules.is_symlink():
+        listed = _listed_schedules(path)
         foreign += [f"schedules/{entry.name}" for _, entry in zip(range(10_000), schedules.iterdir())
-                    if not _browsers(entry) and (entry.suffix != ".json" or entry.is_symlink() or not entry.is_file())]
+                    if not _browsers(entry) and (entry.suffix != ".json" or entry.is_symlink() or not entry.is_file()
+                                                 or (listed is not None and entry.stem not in listed))]
     elif os.path.lexists(schedules):
         foreign.append("schedules")
     return sorted(foreign)
+
+
+def _listed_schedules(path: Path) -> set[str] | None:
+    """The schedules the folder's summary.json lists (solve writes one schedules/NAME.json for each, and no
+    other), or None when it cannot be read so: any .json file in schedules/ is then taken as solve's."""
+    try:
+        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+        return {str(row["schedule"]) for row in summary["schedules"]}
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def is_result_folder(path: Path) -> bool:
