@@ -365,3 +365,16 @@ def test_force_replaces_a_result_folder_holding_what_pipeplan_writes_into_it(cap
     code, _, err = run(capsys, *SOLVE, "--out", str(out), "--force")
     assert code == 0, err
     assert not any(name.endswith(".torch.csv") or name.startswith(".") for name in names(out))
+
+
+def test_out_as_a_link_to_nothing_says_so(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dangling link at --out was called "a file, not a folder" (a new user's trial)."""
+    monkeypatch.setattr(pipeplan.cli, "compare", _no_solve)
+    out = tmp_path / "run"
+    out.symlink_to(tmp_path / "nowhere")
+    code, stdout, err = run(capsys, "solve", TINY, "--quiet", "--out", str(out), "--force")
+    assert code == USER_ERROR and stdout == "" and err.count("\n") == 1, err
+    assert f"{str(out)!r} is a symbolic link to {str(tmp_path / 'nowhere')!r}, which does not exist; remove the " \
+           "link or give another folder name" in err
+    assert out.is_symlink() and names(tmp_path) == ["run"]

@@ -402,6 +402,8 @@ def test_bad_export_and_import_exit_2_with_one_line(result_folder: Path, capsys:
     os.mkfifo(fifo)
     target.write_text("keep me", encoding="utf-8")
     link.symlink_to(target)
+    dangling = tmp_path / "dangling.html"  # a link to nothing: said as such, not as "not a regular file"
+    dangling.symlink_to(tmp_path / "nowhere.html")
     cases = [
         (["export", str(result_folder), "--schedule", "zb-v"], "has no schedule 'zb-v': the solve skipped it ("),
         (["export", str(result_folder), "--schedule", "1F1B"], "has no schedule '1F1B' (did you mean '1f1b'?)"),
@@ -416,6 +418,8 @@ def test_bad_export_and_import_exit_2_with_one_line(result_folder: Path, capsys:
         (["export", str(result_folder), "--out", ""], "Invalid value for '--out': is empty; give a file name"),
         (["export", str(result_folder), "--out", str(fifo), "--force"], "is not a regular file (a device or a pipe"),
         (["report", str(result_folder), "--out", str(link), "--force"], "is a symbolic link; give the file it points"),
+        (["report", str(result_folder), "--out", str(dangling)],
+         f"is a symbolic link to {str(tmp_path / 'nowhere.html')!r}, which does not exist; remove the link or give"),
         (["export", str(result_folder), "--out", str(bad / "plan.csv")], f"cannot write {str(bad / 'plan.csv')!r}"),
     ]
     for argv, message in cases:

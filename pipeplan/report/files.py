@@ -230,6 +230,8 @@ def check_replaceable(out: Path, force: bool) -> None:
     """
     if not os.path.lexists(out):
         return
+    if out.is_symlink() and not out.exists():
+        raise ConfigError(_dangling(out, "folder"))
     if not out.is_dir():
         raise ConfigError(f"output path {str(out)!r} is a file, not a folder; pick another --out")
     if Path.cwd().resolve().is_relative_to(out.resolve()):
@@ -242,6 +244,12 @@ def check_replaceable(out: Path, force: bool) -> None:
         raise ConfigError(f"output folder {str(out)!r} already exists; pass --force to replace it or pick another")
     if not is_result_folder(out):
         raise ConfigError(_not_ours(out))
+
+
+def _dangling(path: Path, what: str) -> str:
+    """The message for an output ``path`` that is a symbolic link to nothing (``what``: "file" or "folder")."""
+    return (f"{str(path)!r} is a symbolic link to {os.readlink(path)!r}, which does not exist; remove the link or "
+            f"give another {what} name")
 
 
 def _not_ours(out: Path) -> str:
@@ -762,6 +770,8 @@ def check_output_file(path: Path, force: bool) -> None:
     be replaced by a regular file, never written through."""
     if path.is_dir():
         raise ConfigError(f"{str(path)!r} is a folder, not a file; give a file name, e.g. {str(path / 'out')!r}")
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(_dangling(path, "file"))
     if (path.exists() or path.is_symlink()) and not Path(os.path.realpath(path)).is_file():  # e.g. /dev/stdout
         raise ConfigError(f"{str(path)!r} is not a regular file (a device or a pipe, or a link to one); give the "
                           "name of a file to write, or - for stdout")
