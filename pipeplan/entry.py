@@ -8,13 +8,20 @@ during the load, and then answers it as every command does: one line, status 130
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
-# Exit status after Ctrl-C (128 + SIGINT), as the command line's own.
+# Exit statuses after Ctrl-C (128 + SIGINT) and SIGTERM (128 + SIGTERM), as the command line's own.
 _INTERRUPTED = 130
+_TERMINATED = 143
+# After an abort, the most seconds the interpreter's shutdown may take before the process ends without it.
+EXIT_GRACE_S = 5.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,4 +53,26 @@ def console() -> None:
     moment) would end the process by the signal, status 130 without a word."""
     code = main()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if code in (_INTERRUPTED, _TERMINATED):
+        aborted(code)
     sys.exit(code)
+
+
+def aborted(code: int) -> None:
+    """Exit with ``code`` after an abort (Ctrl-C or SIGTERM), which has said what it did: the interpreter's shutdown
+    runs as usual, but no longer than :data:`EXIT_GRACE_S`, and says nothing more. A signal can interrupt a
+    worker pool's thread while it holds a lock (about one SIGTERM in 60 during a sweep with worker processes), and
+    the standard library's shutdown, which joins that pool's threads, then waited for ever, or printed a traceback
+    of a pipe it found closed."""
+    sys.unraisablehook = lambda _unraisable: None  # e.g. "Exception ignored in: <module 'threading'>"
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    threading.Thread(target=_exit_after, args=(code, EXIT_GRACE_S), name="exit-grace", daemon=True).start()
+    sys.exit(code)
+
+
+def _exit_after(code: int, seconds: float) -> None:
+    """End the process with ``code`` after ``seconds`` (a daemon thread: it runs while the shutdown waits)."""
+    time.sleep(seconds)
+    os._exit(code)

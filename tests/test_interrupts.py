@@ -13,6 +13,8 @@ import json
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -354,3 +356,26 @@ def test_a_sweeps_first_ctrl_c_says_kept_only_when_there_is_a_store(tmp_path: Pa
     assert _sweep_stopping(None, None) == "stopping the sweep; finished tasks are shown"
     assert _sweep_stopping(tmp_path / "out", None).endswith("finished tasks are kept")
     assert _sweep_stopping(None, tmp_path / "store.sqlite").endswith("finished tasks are kept")
+
+
+@pytest.mark.parametrize("status", [INTERRUPTED, TERMINATED])
+def test_an_abort_ends_the_process_even_when_the_shutdown_would_wait_for_ever(tmp_path: Path, status: int) -> None:
+    """After Ctrl-C or SIGTERM has been answered, the interpreter's shutdown gets a few seconds, then the process
+    ends with the abort's status and says nothing more. A signal that interrupts a worker pool while it holds a
+    lock (a new user's trial: about one SIGTERM in 60 during `size --jobs 2`) left the shutdown joining that pool's
+    thread for ever; here a thread that never ends stands in for it, and an exit hook that meets a closed pipe for
+    the traceback it printed otherwise."""
+    script = tmp_path / "abort.py"
+    script.write_text("import atexit, threading\n"
+                      "from pipeplan import entry\n"
+                      "entry.EXIT_GRACE_S = 0.5\n"
+                      "def closed() -> None:\n"
+                      "    raise OSError(9, 'Bad file descriptor')\n"
+                      "atexit.register(closed)\n"
+                      f"if {status} == 143:  # the shutdown joins this thread, which never ends\n"
+                      "    threading.Thread(target=threading.Event().wait).start()\n"
+                      f"entry.aborted({status})\n", encoding="utf-8")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == status and done.stderr == "" and done.stdout == "", done.stderr
+    assert time.monotonic() - started < 30
