@@ -22,7 +22,7 @@ from pipeplan.sizing import costs, estimate, load_hardware, load_model, memory, 
 from pipeplan.sizing.build import balanced_split, build_problem
 from pipeplan.sizing.hardware import GIB, hardware_presets
 from pipeplan.sizing.setup import Setup
-from pipeplan.sizing.sweep import COLUMNS, SweepProgress, require_fitting
+from pipeplan.sizing.sweep import COLUMNS, SweepProgress, _optimal_targets, require_fitting
 from pipeplan.sizing.validation import RUNS, validation_rows
 
 # A small GPT-style layer: h 64, 4 heads, ffn 4h, vocabulary 100.
@@ -843,3 +843,22 @@ def test_an_optimizer_plan_faster_than_the_best_ranked_one_is_pointed_out() -> N
     assert outside_ranking(StudyResult(study, frame, best, {}, {**optimal, "fits": False})) == ""
     same = {**best, "num_chunks": 1, "schedule": "optimal", "tokens_per_s": 257_192.0}
     assert outside_ranking(StudyResult(study, frame, same, {}, optimal)) == ""
+
+
+def test_the_optimizers_top_k_fills_up_with_configurations_whose_named_schedules_all_overflow() -> None:
+    """optimizer.top K takes the configurations whose best fitting named schedule is fastest, then, while fewer than
+    K have one, those whose named schedules all overflow memory, fastest first: the optimizer searches within
+    memory. A new user's study (Llama 3.1 70B on 52 GiB H100s, tp4 pp8) where no named schedule fitted said that
+    nothing could run, though the optimizer fits a plan there at 77,887 tokens/s."""
+    fits, fast_over, slow_over, skipped, unasked = (object() for _ in range(5))
+
+    def rows(tokens_per_s: float, fit: bool) -> list[dict[str, object]]:
+        return [{"tokens_per_s": tokens_per_s, "fits": fit}]
+
+    named = [(slow_over, rows(200.0, False)), (fits, rows(100.0, True)), (fast_over, rows(300.0, False)),
+             (skipped, rows(math.nan, False)), (unasked, rows(400.0, True))]
+    runnable = [["1f1b", "optimal"]] * 4 + [["1f1b"]]
+    assert _optimal_targets(named, 1, runnable) == {id(fits)}
+    assert _optimal_targets(named, 2, runnable) == {id(fits), id(fast_over)}
+    assert _optimal_targets(named, 9, runnable) == {id(fits), id(fast_over), id(slow_over)}  # none without a speed
+    assert _optimal_targets(named, None, runnable) == {id(setup) for setup, _ in named[:4]}

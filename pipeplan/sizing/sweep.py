@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import numbers
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -444,16 +445,19 @@ def _run_optimal_task(job: tuple[Model, Hardware, Setup, bool, float, int, int, 
 def _optimal_targets(named: list[tuple[Setup, list[dict[str, Any]]]], top: int | None,
                      runnable: list[list[str]]) -> set[int]:
     """ids of the setups the optimizer runs on: all with "optimal" requested, or the ``top`` whose best fitting
-    named schedule has the most tokens/s."""
+    named schedule has the most tokens/s, then, while fewer than ``top`` have one that fits, those whose named
+    schedules all overflow memory, fastest first: the optimizer searches within memory and may find a plan there
+    (a new user's study where no named schedule fitted was told that nothing could run, the optimizer unasked)."""
     wanted = [(setup, rows) for (setup, rows), names in zip(named, runnable) if OPTIMAL in names]
     if top is None:
         return {id(setup) for setup, _ in wanted}
 
-    def best(rows: list[dict[str, Any]]) -> float:
-        return max((r["tokens_per_s"] for r in rows if r.get("fits")), default=-1.0)
+    def best(rows: list[dict[str, Any]], fitting: bool) -> float:
+        speeds = [r["tokens_per_s"] for r in rows if r.get("fits") or not fitting]
+        return max((v for v in speeds if isinstance(v, (int, float)) and math.isfinite(v)), default=-1.0)
 
-    by_speed = sorted(wanted, key=lambda item: best(item[1]), reverse=True)
-    return {id(setup) for setup, rows in by_speed[:top] if best(rows) > 0}
+    by_speed = sorted(wanted, key=lambda item: (best(item[1], True), best(item[1], False)), reverse=True)
+    return {id(setup) for setup, rows in by_speed[:top] if best(rows, False) > 0}
 
 
 # Configuration columns: one candidate of the search space.
