@@ -454,6 +454,9 @@ def test_uneven_and_balanced_splits() -> None:
 BAD_ESTIMATES: list[tuple[dict[str, Any], str]] = [
     ({"tensor_parallel": 3}, "8 attention heads / 4 KV heads not divisible by tensor parallel 3"),
     ({"tensor_parallel": 16}, "tensor parallel 16 is larger than a node (8 GPUs)"),
+    # A new user's trial: a TP group across two 6-GPU nodes was costed on the intra-node link.
+    ({"tensor_parallel": 4, "hardware": {"preset": "h100-80gb", "gpus_per_node": 6}},
+     "tensor parallel 4 does not divide a node's 6 GPUs (a TP group would straddle two nodes)"),
     ({"pipeline_parallel": 3}, "8 layers not divisible by 3 model stages"),
     ({"global_batch_size": 7, "data_parallel": 2}, "global batch 7 not divisible by microbatch 1 x data parallel 2"),
     ({"microbatch_size": 0}, "microbatch_size must be > 0, got 0"),

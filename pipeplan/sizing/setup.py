@@ -89,6 +89,11 @@ def constraint_violation(model: Model, hardware: Hardware, setup: Setup, even_sp
                 f"tensor parallel {t}")
     if model.ffn_hidden_size % t:
         return f"ffn_hidden_size {model.ffn_hidden_size} not divisible by tensor parallel {t}"
+    if hardware.gpus_per_node % t:
+        # Ranks are placed TP innermost, so a TP group would straddle two nodes, whose collectives the cost model
+        # puts on the intra-node link (a new user's trial: tp4 on 6-GPU nodes cost the same as on 4 or 8).
+        return (f"tensor parallel {t} does not divide a node's {hardware.gpus_per_node} GPUs (a TP group would "
+                "straddle two nodes)")
     stages = setup.num_model_stages
     if stages > model.num_layers:
         return f"{stages} model stages for {model.num_layers} layers (at least one layer per stage)"
