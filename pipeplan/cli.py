@@ -1391,6 +1391,7 @@ def presets_cmd(study: str | None) -> None:
     from pipeplan.sizing import load_hardware, load_model
     from pipeplan.sizing.hardware import hardware_presets
     from pipeplan.sizing.models import model_presets
+    from pipeplan.sizing.records import is_file, read_yaml_file
 
     if study is not None:
         from pipeplan.sizing.study import load_study
@@ -1404,8 +1405,11 @@ def presets_cmd(study: str | None) -> None:
                                      ("hardware", load_hardware, hardware_presets())):
             raw = kwargs[title]
             record = asdict(load(raw))
-            # A preset with the study's overrides (preset: NAME beside the fields it changes): each field the study
-            # changed says so, beside the preset's value. A plain preset name changes nothing; a file is its own.
+            # A preset with the study's overrides (preset: NAME beside the fields it changes, in the study or in the
+            # model or hardware file it names): each field changed says so, beside the preset's value. A plain
+            # preset name changes nothing; a file without `preset:` is its own.
+            if is_file(raw):
+                raw = read_yaml_file(Path(raw), title)  # loaded whole by load() above: a mapping
             base = raw.get("preset") if isinstance(raw, dict) else raw if isinstance(raw, str) else None
             preset = asdict(load(base)) if isinstance(base, str) and base in presets else record
             changed = [key for key, value in record.items() if key not in ("name", "source") and value != preset[key]]

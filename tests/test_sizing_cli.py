@@ -355,6 +355,13 @@ def test_presets_with_a_study_prints_its_resolved_records(capsys: pytest.Capture
     code, stdout, _ = run(capsys, "presets", study)
     assert code == 0 and "  name: h100-80gb  # the study's, from the preset a100-80gb\n" in stdout
     assert "  peak_tflops: 312\n" in stdout and "the preset has" not in stdout
+    # The same override in a hardware file the study names (a new user's trial: it printed unmarked).
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text("preset: h100-80gb\nmemory_gib: 40\n", encoding="utf-8")
+    study = write_study(tmp_path, {**GOOD, "hardware": str(gpu)})
+    code, stdout, _ = run(capsys, "presets", study)
+    assert code == 0 and "  memory_gib: 40  # the study's; the preset has 80\n" in stdout
+    assert "  # the preset's numbers; the study changed memory_gib\n" in stdout
 
 
 def test_the_shipped_study_example_loads() -> None:

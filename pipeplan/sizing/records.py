@@ -32,7 +32,8 @@ def presets(kind: str) -> dict[str, dict[str, Any]]:
     return data
 
 
-def _read_yaml(path: Path, what: str) -> Any:
+def read_yaml_file(path: Path, what: str) -> Any:
+    """The YAML of the ``what`` ("model", "hardware") file at ``path``, read as every input file is."""
     text = read_text(path, f"{what} file", SMALL_FILE_BYTES)
     try:
         return load_yaml(text, hint=f"'pipeplan presets STUDY' shows every {what} field")
@@ -48,7 +49,7 @@ def resolve(value: object, kind: str, what: str) -> tuple[str, dict[str, Any]]:
     known = presets(kind)
     if is_file(value):
         path = Path(value)
-        data = _read_yaml(path, what)
+        data = read_yaml_file(path, what)
         if not isinstance(data, Mapping):
             raise ConfigError(f"{what} file {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
         name, fields = resolve(dict(data), kind, what)
