@@ -865,3 +865,12 @@ def test_the_optimizers_top_k_fills_up_with_configurations_whose_named_schedules
     assert _optimal_targets(named, 2, runnable) == {id(fits), id(fast_over)}
     assert _optimal_targets(named, 9, runnable) == {id(fits), id(fast_over), id(slow_over)}  # none without a speed
     assert _optimal_targets(named, None, runnable) == {id(setup) for setup, _ in named[:4]}
+
+
+def test_an_overflow_note_never_shows_the_same_figure_twice() -> None:
+    """Llama 3.1 70B on 52 GiB H100s, tp4 pp8 dp2 (a new user's study): the note said "keeps 22.2 GiB of
+    activations live, over the 22.2 GiB left"; it now shows as many digits as tell the two apart."""
+    result = estimate(model="llama3.1-70b", hardware={"preset": "h100-80gb", "memory_gib": 52}, tensor_parallel=4,
+                      pipeline_parallel=8, data_parallel=2, global_batch_size=256, seq_len=4096, schedule="1f1b")
+    assert not result["fits"]
+    assert result["note"] == "1f1b keeps 22.25 GiB of activations live, over the 22.16 GiB left"

@@ -242,8 +242,9 @@ def summarize(sized: SizedProblem, setup: Setup, model: Model, hardware: Hardwar
     fits = sized.fits_one_microbatch and metrics.feasible
     note = sized.note
     if not note and not metrics.feasible:
-        note = (f"{schedule} keeps {metrics.peak_memory / GIB:.1f} GiB of activations live, over the "
-                f"{min(sized.budget_bytes) / GIB:.1f} GiB left")
+        live, left = metrics.peak_memory / GIB, min(sized.budget_bytes) / GIB
+        digits = next((n for n in range(1, 4) if f"{live:.{n}f}" != f"{left:.{n}f}"), 3)  # never "22.2 over 22.2"
+        note = f"{schedule} keeps {live:.{digits}f} GiB of activations live, over the {left:.{digits}f} GiB left"
     return {
         "schedule": schedule,
         "tensor_parallel": setup.tensor_parallel,
