@@ -154,17 +154,22 @@ DEVICE_GROUP_S = 8.0
 DEVICE_GROUP_MAX = 3
 # On one device with the memory stated through orders, the quick targets of device_bound.prove_by_targets get at
 # most this share of the relaxation's time before its optimization, and when that ends unproven (on the first
-# device, and unless the quick targets proved nothing), the targets get TARGETS_SHARE of the time left.
+# device, and unless the quick targets proved nothing), the targets run on to the end of the relaxation's time or
+# for TARGETS_SHARE of the time left, whichever is later.
 TARGETS_QUICK = 0.5
 TARGETS_SHARE = 0.4
-# When those quick targets prove nothing above the bound so far, the optimization gets at most TARGETS_NONE_S
-# seconds and the relaxations end there unless it proves the optimum. On the memory-wall rows where the quick
-# targets proved nothing, the optimization and the targets after it proved nothing more in 15 to 30 s (P=8, N=32,
-# V, budget 6 and loop, budget 3; P=16, V, budget 11, N=32 and 64) while the neighbourhood search, which now gets
-# that time, was still improving its answer when its time ran out: at 60 s, two runs each beside the version
-# before, 91.26 / 92.20 -> 90.65 / 90.65, 103.21 / 103.21 -> 103.09 / 103.05 and 187.46 / 187.51 -> 187.01 /
-# 187.07 (the loop row 154.79 / 154.79 -> 154.55 / 154.79). The one row where the optimization proved more after
-# them, P=8, N=16, V, budget 6, proves its optimum within the cap (4 s in these runs).
+# The optimization between them gets at most TARGETS_NONE_S seconds: where it proves the relaxation's optimum it
+# does so within them (P=8, N=16: V, budget 6, in 4 s; loop, budget 3, in 3.4 s), and on larger relaxations it
+# proved at most a tick more than the quick targets in 8 to 12 s (P=16, N=32 and 64, V, budget 6), which the
+# paced targets after it use better (P=16, N=32, V, budget 6: 127.05 -> 128.19 at 60 s). When the quick targets
+# prove nothing above the bound so far, the relaxations end after it unless it proves the optimum. On the
+# memory-wall rows where the quick targets proved nothing, the optimization and the targets after it proved nothing
+# more in 15 to 30 s (P=8, N=32, V, budget 6 and loop, budget 3; P=16, V, budget 11, N=32 and 64) while the
+# neighbourhood search, which now gets that time, was still improving its answer when its time ran out: at 60 s,
+# two runs each beside the version before, 91.26 / 92.20 -> 90.65 / 90.65, 103.21 / 103.21 -> 103.09 / 103.05 and
+# 187.46 / 187.51 -> 187.01 / 187.07 (the loop row 154.79 / 154.79 -> 154.55 / 154.79). The one row where the
+# optimization proved more after them, P=8, N=16, V, budget 6, proves its optimum within the cap (4 s in these
+# runs).
 TARGETS_NONE_S = 8.0
 # Nor do they run on two or more chunks in loop placement from this many devices up: there a device holds a
 # chunk's activations through a round trip over every other device, which its relaxation sees only as chains,
@@ -969,21 +974,23 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         # One device with the memory stated through orders: targets (device_bound.prove_by_targets) before and after
         # the optimization, which often prove more there than its bound does: first within TARGETS_QUICK of the
         # relaxation's time (and only until one is undecided when none was proven: where the first is not, the
-        # optimization proves more), whose bound the optimization starts from; then, on the first device tried when
-        # its optimization ends unproven, TARGETS_SHARE of the time left (the neighbourhood search's; on the next
-        # device that time was lost on the rows measured). Where the quick ones prove nothing, the optimization gets
-        # at most TARGETS_NONE_S and no targets follow it.
+        # optimization proves more), whose bound the optimization (at most TARGETS_NONE_S) starts from; then, on the
+        # first device tried when its optimization ends unproven, until the end of the relaxation's time or for
+        # TARGETS_SHARE of the time left (the neighbourhood search's), whichever is later (on the next device that
+        # time was lost on the rows measured), at the pace the quick ones showed. Where the quick ones prove
+        # nothing, no targets follow the optimization.
         targets = len(group) == 1 and relaxation.ordered_memory
         unpromising = False  # the quick targets proved nothing
+        pace = device_bound.Pace()
+        device_end = end
         if targets:
             now = time.monotonic()
             before = best
-            if by_targets(relaxation, incumbent_ticks, now + TARGETS_QUICK * max(0.0, end - now), quick=True):
+            if by_targets(relaxation, incumbent_ticks, now + TARGETS_QUICK * max(0.0, end - now), pace, quick=True):
                 return True
             relaxation.model.add(relaxation.objective >= int(best))
             unpromising = best <= before
-            if unpromising:
-                end = min(end, time.monotonic() + TARGETS_NONE_S)
+            end = min(end, time.monotonic() + TARGETS_NONE_S)
         relaxation.add_hint(hint)
         solver = _solver(settings, end)
         # Only the bound counts here, and on one device CP-SAT's lower-bound tree search proves it sooner: on the
@@ -1015,9 +1022,10 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         now = time.monotonic()
         reached = min(solver.objective_value, incumbent_ticks) if status == cp_model.FEASIBLE else incumbent_ticks
         return by_targets(relaxation, reached,
-                          now + TARGETS_SHARE * max(0.0, deadline - now))
+                          max(device_end, now + TARGETS_SHARE * max(0.0, deadline - now)), pace)
 
-    def by_targets(relaxation: device_bound.Relaxation, reached: float, end: float, quick: bool = False) -> bool:
+    def by_targets(relaxation: device_bound.Relaxation, reached: float, end: float, pace: device_bound.Pace,
+                   quick: bool = False) -> bool:
         """Prove what the targets can on ``relaxation``, whose objective reaches ``reached`` (ticks; infinite when
         not known: its horizon then), until ``end``; whether they proved its optimum."""
         nonlocal best
@@ -1025,7 +1033,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
             relaxation, int(math.ceil(best - _EPS)), None if math.isinf(reached) else int(math.floor(reached + _EPS)),
             end,
             lambda model, capped, seconds: _decide(settings, model, capped, seconds, stop), report=proven,
-            should_stop=lambda: stop is not None and stop.requested, quick=quick)
+            should_stop=lambda: stop is not None and stop.requested, quick=quick, pace=pace)
         log.info("relaxation by targets%s: bound %s ticks%s", " (quick)" if quick else "", lower,
                  " (optimal)" if optimal else "")
         best = max(best, lower)
