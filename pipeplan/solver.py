@@ -134,9 +134,10 @@ FLUID_MIN_S = 0.5
 
 # The share of the time left after the whole-model search that the device relaxations
 # (:mod:`pipeplan.device_bound`) may take when the budget binds and that search did not prove its answer, and
-# how many devices (those with the largest closed-form bounds) they are tried on, in turn: each may take all the time
-# left, so the next one runs only when the one before proves its optimum early (or stops short of the time left
-# unproven: TARGETS_NONE_S below, which then ends the relaxations).
+# how many devices (those with the largest closed-form bounds, the V's turn first: device_bound.relaxation_order)
+# they are tried on, in turn: each may take all the time left, so the next one runs only when the one before
+# proves its optimum early (or stops short of the time left unproven: TARGETS_NONE_S below, which then ends the
+# relaxations).
 DEVICE_SHARE = 0.5
 DEVICE_TRIES = 2
 # Below this many seconds for the relaxations they seldom prove anything, and short solves (a frontier at 2 s per
@@ -934,7 +935,8 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     """The best bound (ticks) CP-SAT proves on the device relaxations of :mod:`pipeplan.device_bound` above
     ``floor_ticks`` (a bound already proven; 0 when none is above it), with the best schedule so far, ``incumbent``
     (its objective ``incumbent_ticks`` in ticks), as the hint, within :data:`DEVICE_SHARE` of the time left (none
-    when that is below :data:`DEVICE_MIN_S`), on at most :data:`DEVICE_TRIES` devices whose budget binds, and
+    when that is below :data:`DEVICE_MIN_S`), on at most :data:`DEVICE_TRIES` devices whose budget binds (in the
+    order of :func:`pipeplan.device_bound.relaxation_order`), and
     on groups of devices exact together (for at most :data:`DEVICE_GROUP_S`) when each alone was proven optimal
     within the share: those devices, then, while a group is proven optimal, it and one neighbouring device more (up
     to :data:`DEVICE_GROUP_MAX` devices).
@@ -951,7 +953,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     now = time.monotonic()
     share = DEVICE_SHARE * max(0.0, deadline - now) if seconds is None else seconds
     until = min(deadline, now + share)
-    devices = device_bound.devices_to_try(ticked)[:DEVICE_TRIES]  # none when memory cannot bind
+    devices = device_bound.relaxation_order(ticked)[:DEVICE_TRIES]  # none when memory cannot bind
     if not devices or until - now < DEVICE_MIN_S:
         return 0.0
     hint = simulate(ticked, incumbent)

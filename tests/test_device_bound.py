@@ -43,6 +43,7 @@ from pipeplan.device_bound import (
     other_memory_lags,
     prove_by_targets,
     relaxation,
+    relaxation_order,
 )
 from pipeplan.problem import Op, OpKind
 from pipeplan.simulate import Timeline
@@ -244,6 +245,16 @@ def test_devices_to_try_put_the_largest_closed_form_bound_first() -> None:
     assert sorted(order) == [0, 1, 2, 3]
     assert devices_to_try(problem.with_budget(None)) == []
     assert devices_to_try(problem.with_budget(16)) == []  # holds all 8 microbatches on both chunks
+
+
+def test_relaxation_order_puts_the_turn_of_the_v_first() -> None:
+    v = family(16, 64, 6).with_layout(2, "v")
+    assert devices_to_try(v)[0] == 0  # the closed form's largest end is the first device's here
+    order = relaxation_order(v)
+    assert order[0] == 15
+    assert sorted(order) == sorted(devices_to_try(v))
+    loop = family(16, 64, 6).with_layout(2, "loop")
+    assert relaxation_order(loop) == devices_to_try(loop)
 
 
 def test_chains_of_a_hand_traced_pipeline() -> None:
@@ -534,7 +545,7 @@ def test_relaxations_end_when_the_quick_targets_and_the_optimization_prove_nothi
     if quick_ones_prove:
         assert len(groups) >= 2 or asked[:2] == [True, False], (groups, asked)
     else:
-        assert (groups, asked) == ([devices_to_try(ticked)[:1]], [True])
+        assert (groups, asked) == ([relaxation_order(ticked)[:1]], [True])
         assert len(given_s) == 1
 
 
