@@ -560,8 +560,9 @@ def test_the_optimizer_alone_runs_on_the_top_configurations_of_the_plain_schedul
                   tensor_parallel=1, pipeline_parallel=2, schedules=["1f1b", "optimal"], optimal_top=1,
                   num_workers=1)
     assert list(frame["skipped"].fillna("")) == ["", "no named schedule (1f1b, interleaved-1f1b, zb-v) fits in "
-                                                 "memory here, so the optimizer (on the top 1 configurations by their "
-                                                 "best named schedule) skipped it"]
+                                                 "memory here and the static memory alone fills the device, so the "
+                                                 "optimizer (on the top 1 configurations by their best named "
+                                                 "schedule) skipped it"]
     # A named schedule asked for that does not apply to the layout ranks nothing: the plain ones still do.
     frame = sweep(model=TINY, hardware="h100-80gb", num_gpus=8, global_batch_size=16, seq_len=128,
                   tensor_parallel=1, pipeline_parallel=2, schedules=["zb-v", "optimal"], time_limit_s=0.5,
@@ -850,21 +851,24 @@ def test_an_optimizer_plan_faster_than_the_best_ranked_one_is_pointed_out() -> N
 
 def test_the_optimizers_top_k_fills_up_with_configurations_whose_named_schedules_all_overflow() -> None:
     """optimizer.top K takes the configurations whose best fitting named schedule is fastest, then, while fewer than
-    K have one, those whose named schedules all overflow memory, fastest first: the optimizer searches within
-    memory. A new user's study (Llama 3.1 70B on 52 GiB H100s, tp4 pp8) where no named schedule fitted said that
-    nothing could run, though the optimizer fits a plan there at 77,887 tokens/s."""
-    fits, fast_over, slow_over, skipped, unasked = (object() for _ in range(5))
+    K have one, those whose named schedules all overflow memory but leave room after the static memory, fastest
+    first: the optimizer searches within memory. A new user's study (Llama 3.1 70B on 52 GiB H100s, tp4 pp8) where
+    no named schedule fitted said that nothing could run, though the optimizer fits a plan there at 77,887
+    tokens/s."""
+    fits, fast_over, slow_over, skipped, no_room, unasked = (object() for _ in range(6))
 
-    def rows(tokens_per_s: float, fit: bool) -> list[dict[str, object]]:
-        return [{"tokens_per_s": tokens_per_s, "fits": fit}]
+    def rows(tokens_per_s: float, fit: bool, static_gib: float = 60.0) -> list[dict[str, object]]:
+        return [{"tokens_per_s": tokens_per_s, "fits": fit, "static_memory_gib": static_gib, "capacity_gib": 80.0}]
 
     named = [(slow_over, rows(200.0, False)), (fits, rows(100.0, True)), (fast_over, rows(300.0, False)),
-             (skipped, rows(math.nan, False)), (unasked, rows(400.0, True))]
-    runnable = [["1f1b", "optimal"]] * 4 + [["1f1b"]]
+             (skipped, [{"skipped": "tp 16 does not divide 8 GPUs"}]), (no_room, rows(900.0, False, 80.0)),
+             (unasked, rows(400.0, True))]
+    runnable = [["1f1b", "optimal"]] * 5 + [["1f1b"]]
     assert _optimal_targets(named, 1, runnable) == {id(fits)}
     assert _optimal_targets(named, 2, runnable) == {id(fits), id(fast_over)}
-    assert _optimal_targets(named, 9, runnable) == {id(fits), id(fast_over), id(slow_over)}  # none without a speed
-    assert _optimal_targets(named, None, runnable) == {id(setup) for setup, _ in named[:4]}
+    # none without a speed, nor where the static memory alone fills the device
+    assert _optimal_targets(named, 9, runnable) == {id(fits), id(fast_over), id(slow_over)}
+    assert _optimal_targets(named, None, runnable) == {id(setup) for setup, _ in named[:5]}
 
 
 def test_an_overflow_note_never_shows_the_same_figure_twice() -> None:

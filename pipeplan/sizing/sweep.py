@@ -308,9 +308,10 @@ def sweep_with_stats(
             if name == OPTIMAL and id(setup) not in chosen:
                 if stats.stopped:
                     reason = NOT_RUN
-                elif not any(row.get("fits") for row in ranking_rows):
-                    none = "fits in memory" if any(row.get("skipped") is None for row in ranking_rows) else "ran"
-                    reason = (f"no named schedule ({', '.join(named_names)}) {none} here, so the optimizer (on the "
+                elif not any(row.get("fits") or _room_left(row) for row in ranking_rows):
+                    none = ("fits in memory here and the static memory alone fills the device"
+                            if any(row.get("skipped") is None for row in ranking_rows) else "ran here")
+                    reason = (f"no named schedule ({', '.join(named_names)}) {none}, so the optimizer (on the "
                               f"top {optimal_top} configurations by their best named schedule) skipped it")
                 else:
                     reason = f"not among the top {optimal_top} configurations for the optimizer"
@@ -446,18 +447,30 @@ def _optimal_targets(named: list[tuple[Setup, list[dict[str, Any]]]], top: int |
                      runnable: list[list[str]]) -> set[int]:
     """ids of the setups the optimizer runs on: all with "optimal" requested, or the ``top`` whose best fitting
     named schedule has the most tokens/s, then, while fewer than ``top`` have one that fits, those whose named
-    schedules all overflow memory, fastest first: the optimizer searches within memory and may find a plan there
-    (a new user's study where no named schedule fitted was told that nothing could run, the optimizer unasked)."""
+    schedules all overflow memory but leave room for activations (:func:`_room_left`), fastest first: the
+    optimizer searches within memory and may find a plan there (a new user's study where no named schedule fitted
+    was told that nothing could run, the optimizer unasked)."""
     wanted = [(setup, rows) for (setup, rows), names in zip(named, runnable) if OPTIMAL in names]
     if top is None:
         return {id(setup) for setup, _ in wanted}
 
     def best(rows: list[dict[str, Any]], fitting: bool) -> float:
-        speeds = [r["tokens_per_s"] for r in rows if r.get("fits") or not fitting]
+        speeds = [r.get("tokens_per_s") for r in rows  # none on a skipped row
+                  if r.get("fits") or (not fitting and _room_left(r))]
         return max((v for v in speeds if isinstance(v, (int, float)) and math.isfinite(v)), default=-1.0)
 
     by_speed = sorted(wanted, key=lambda item: (best(item[1], True), best(item[1], False)), reverse=True)
     return {id(setup) for setup, rows in by_speed[:top] if best(rows, False) > 0}
+
+
+def _room_left(row: Mapping[str, Any]) -> bool:
+    """Whether a named schedule's row leaves memory on its fullest device once the static memory (weights,
+    gradients, optimizer state, workspace) is in: where it does not, no schedule fits there and the optimizer
+    would only say so."""
+    static, capacity = row.get("static_memory_gib"), row.get("capacity_gib")
+    if not isinstance(static, numbers.Real) or not isinstance(capacity, numbers.Real):
+        return False  # a skipped row: no figures
+    return bool(static < capacity)
 
 
 # Configuration columns: one candidate of the search space.
