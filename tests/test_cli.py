@@ -826,5 +826,7 @@ def test_a_config_file_name_that_is_not_utf8_names_the_problem_with_a_replacemen
     assert main(["report", str(out), "--force"]) == 0
     assert main(["frontier", str(config), "--budgets", "2", "--time-limit", "1", "--quiet",
                  "--out", str(tmp_path / "sweep")]) == 0
-    assert "bad\ufffdname" in (tmp_path / "sweep" / "frontier.html").read_text(encoding="utf-8")
+    page = (tmp_path / "sweep" / "frontier.html").read_text(encoding="utf-8")
+    # in the figure's title, as the character itself or JSON-escaped, as plotly writes it with or without orjson
+    assert "bad\ufffdname" in page or "bad\\ufffdname" in page
     capsys.readouterr()
