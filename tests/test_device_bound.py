@@ -379,7 +379,7 @@ def test_memory_precedences_do_not_change_the_optimum(problem: Problem) -> None:
         assert with_them == pytest.approx(without)
 
 
-@settings(max_examples=examples(8, 15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(5, 15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems(), st.sampled_from(OBJECTIVES))
 def test_memory_through_orders_does_not_change_the_optimum(problem: Problem, objective: str) -> None:
     assume(problem.num_chunks > 1)
@@ -579,7 +579,7 @@ def test_targets_never_prove_more_than_a_feasible_order_of_tiny_problems(problem
             assert bound == pytest.approx(solved)
 
 
-@settings(max_examples=examples(5, 15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8, 15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(larger_problems(), st.sampled_from(OBJECTIVES))
 def test_targets_never_prove_more_than_a_warm_start(problem: Problem, objective: str) -> None:
     """On random problems with unequal costs and activations (one and two chunks, loop and V): every named schedule,

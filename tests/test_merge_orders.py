@@ -92,7 +92,7 @@ def test_never_above_an_optimum_proven_without_it(problem: Problem) -> None:
     assert whole_pipeline(problem)[0] <= optimum + EPS
 
 
-@settings(max_examples=examples(15, 25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(10, 25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(binding_problems())
 def test_every_warm_start_meets_them_on_every_device(problem: Problem) -> None:
     """The constraints are a theorem about schedules in microbatch order: every warm start of random problems with

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from exhaustive import (
+    examples,
     family,
     feasible_timelines,
     small_problems,
@@ -141,7 +142,7 @@ def test_a_window_stopped_by_its_time_limit_still_gives_a_bound() -> None:
     assert j * ticked.forward[0] <= bound <= spacing
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(5, 8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_smaller_windows_cut_the_model_without_changing_its_optimum(problem: Problem) -> None:
     """Each window's model may be given the proven spacings of the smaller windows (F(0, m + i) at least
