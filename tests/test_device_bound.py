@@ -579,7 +579,7 @@ def test_targets_never_prove_more_than_a_feasible_order_of_tiny_problems(problem
             assert bound == pytest.approx(solved)
 
 
-@settings(max_examples=examples(8, 15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(5, 15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(larger_problems(), st.sampled_from(OBJECTIVES))
 def test_targets_never_prove_more_than_a_warm_start(problem: Problem, objective: str) -> None:
     """On random problems with unequal costs and activations (one and two chunks, loop and V): every named schedule,
