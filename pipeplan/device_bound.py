@@ -89,7 +89,8 @@ are not added on one chunk, where the collision bound (:mod:`pipeplan.collision_
 
 **Use.** The relaxation is strongest where a device's budget binds and its chains are long (in loop placement the
 first device, whose first chunk's activations wait for the whole round trip; in V the last, at the turn);
-:func:`devices_to_try` orders the devices whose budget binds by their closed-form bound. On the split-backward
+:func:`devices_to_try` orders the devices whose budget binds by their closed-form bound (the solver takes
+:func:`relaxation_order`'s, the V's turn first). On the split-backward
 family at P = 16, N = 32, one chunk per device, budget 11, the closed-form bound is 116.8 and device 0's
 relaxation proves 122.7 within seconds; at P = 4, N = 8, two chunks in loop placement, budget 2, it proves 30.71
 against the closed form's 27.11 (the optimum is 31.09). Only the bound counts, so the solver runs CP-SAT's
