@@ -170,7 +170,10 @@ TARGETS_SHARE = 0.4
 # two runs each beside the version before, 91.26 / 92.20 -> 90.65 / 90.65, 103.21 / 103.21 -> 103.09 / 103.05 and
 # 187.46 / 187.51 -> 187.01 / 187.07 (the loop row 154.79 / 154.79 -> 154.55 / 154.79). The one row where the
 # optimization proved more after them, P=8, N=16, V, budget 6, proves its optimum within the cap (4 s in these
-# runs).
+# runs). On a large model (above LARGE_MODEL_OPS) no optimization follows quick targets that proved nothing: on
+# the rows of that kind (P=16, V, budget 11, N=32 and 64) it proved nothing within the cap either, and the
+# neighbourhood search gains its seconds (60 s, runs beside the version before: 103.27 / 103.27 -> 103.11 /
+# 103.17 and 187.07 / 187.26 -> 187.08 / 186.96), while the small row above keeps its proof.
 TARGETS_NONE_S = 8.0
 # Nor do they run on two or more chunks in loop placement from this many devices up: there a device holds a
 # chunk's activations through a round trip over every other device, which its relaxation sees only as chains,
@@ -948,8 +951,8 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     deadline). One exception: on the first device, where its memory is stated through orders and its minimization
     ends unproven, the targets after it take :data:`TARGETS_SHARE` of the time left beyond that share (the
     neighbourhood search's; see ``relax`` below). And where a device's quick targets prove nothing, its
-    minimization gets at most :data:`TARGETS_NONE_S` and, unless it proves the optimum, the relaxations end there:
-    what is left of the share goes to the neighbourhood search."""
+    minimization gets at most :data:`TARGETS_NONE_S` (none on a large model: :data:`LARGE_MODEL_OPS`) and, unless
+    it proves the optimum, the relaxations end there: what is left of the share goes to the neighbourhood search."""
     now = time.monotonic()
     share = DEVICE_SHARE * max(0.0, deadline - now) if seconds is None else seconds
     until = min(deadline, now + share)
@@ -957,6 +960,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     if not devices or until - now < DEVICE_MIN_S:
         return 0.0
     hint = simulate(ticked, incumbent)
+    large = _is_large(len(hint.ops))
     start = float(math.ceil(floor_ticks - _EPS))  # the objective in ticks is whole
     best = start
     reported = best
@@ -980,7 +984,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         # first device tried when its optimization ends unproven, until the end of the relaxation's time or for
         # TARGETS_SHARE of the time left (the neighbourhood search's), whichever is later (on the next device that
         # time was lost on the rows measured), at the pace the quick ones showed. Where the quick ones prove
-        # nothing, no targets follow the optimization.
+        # nothing, no targets follow the optimization, and on a large model no optimization either.
         targets = len(group) == 1 and relaxation.ordered_memory
         unpromising = False  # the quick targets proved nothing
         pace = device_bound.Pace()
@@ -992,6 +996,11 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
                 return True
             relaxation.model.add(relaxation.objective >= int(best))
             unpromising = best <= before
+            if unpromising and large:  # see TARGETS_NONE_S: nothing more is proven there
+                log.info("devices %s relaxation: the quick targets proved nothing, no optimization on a large model",
+                         group)
+                given_up = True
+                return False
             end = min(end, time.monotonic() + TARGETS_NONE_S)
         relaxation.add_hint(hint)
         solver = _solver(settings, end)

@@ -549,6 +549,48 @@ def test_relaxations_end_when_the_quick_targets_and_the_optimization_prove_nothi
         assert len(given_s) == 1
 
 
+@pytest.mark.parametrize("quick_ones_prove", [False, True])
+def test_on_a_large_model_no_optimization_follows_quick_targets_that_prove_nothing(
+        monkeypatch: pytest.MonkeyPatch, quick_ones_prove: bool) -> None:
+    """As above, with the model counted as large (LARGE_MODEL_OPS 0): where the quick targets prove nothing the
+    relaxations end with them, before any optimization (no CP-SAT solver made, no other device, no group); where
+    they prove a tick the optimization runs."""
+    monkeypatch.setattr(solver_module, "LARGE_MODEL_OPS", 0)
+    asked: list[bool] = []
+    groups: list[list[int]] = []
+    solvers: list[float] = []
+    real_relaxation = device_bound_module.relaxation
+    real_solver = solver_module._solver
+
+    def counted(settings: solver_module.SolverSettings, deadline: float) -> cp_model.CpSolver:
+        solvers.append(deadline)
+        return real_solver(settings, deadline)
+
+    def scripted(relaxed: object, floor: int, *args: object, quick: bool = False, **kwargs: object) -> tuple[int, bool]:
+        asked.append(quick)
+        return floor + (1 if quick and quick_ones_prove else 0), False
+
+    def recorded(ticked: Problem, group: list[int], *args: object, **kwargs: object) -> object:
+        groups.append(list(group))
+        return real_relaxation(ticked, group, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(device_bound_module, "prove_by_targets", scripted)
+    monkeypatch.setattr(device_bound_module, "relaxation", recorded)
+    monkeypatch.setattr(solver_module, "_solver", counted)
+    problem = family(4, 8, 2).with_layout(2, "loop")
+    ticked, _, _ = tick_problem(problem)
+    incumbent = warm_starts(ticked, "makespan")[0].schedule
+    floor = math.ceil(makespan_lower_bound(ticked))
+    found = solver_module._device_bound(ticked, solver_module.SolverSettings(num_workers=2), time.monotonic() + 6,
+                                        None, floor, incumbent, math.inf)
+    if quick_ones_prove:
+        assert solvers, "the optimization was skipped though the quick targets proved a tick"
+        assert found >= floor + 1
+    else:
+        assert (groups, asked, solvers) == ([relaxation_order(ticked)[:1]], [True], [])
+        assert found == 0.0
+
+
 def _by_targets(problem: Problem, device: int, objective: str, limit_s: float,
                 quick: bool = False) -> tuple[float, bool, list[int]]:
     """(the bound the targets prove on ``device``'s relaxation within ``limit_s``, in the problem's unit; whether
