@@ -556,6 +556,7 @@ def test_on_a_large_model_no_optimization_follows_quick_targets_that_prove_nothi
     relaxations end with them, before any optimization (no CP-SAT solver made, no other device, no group); where
     they prove a tick the optimization runs."""
     monkeypatch.setattr(solver_module, "LARGE_MODEL_OPS", 0)
+    monkeypatch.setattr(solver_module, "TARGETS_NONE_S", 0.0)  # an optimization that runs ends at once
     asked: list[bool] = []
     groups: list[list[int]] = []
     solvers: list[float] = []
