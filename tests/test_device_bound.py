@@ -9,6 +9,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 from exhaustive import (
@@ -506,17 +507,27 @@ def test_a_relaxation_that_ends_unknown_keeps_its_proven_bound(searches_end_unkn
     assert found == max(proven)
 
 
-@pytest.mark.parametrize("quick_ones_prove", [False, True])
-def test_relaxations_end_when_the_quick_targets_and_the_optimization_prove_nothing(
-        monkeypatch: pytest.MonkeyPatch, quick_ones_prove: bool) -> None:
-    """P=4, N=8, two chunks in loop, budget 2: the first device's optimization gets at most TARGETS_NONE_S (none
-    here), whatever the quick targets proved. With the targets scripted to prove nothing, it ends the relaxations:
-    no targets after it, no other device, no group. With the quick ones scripted to prove a tick, the relaxations
-    go on after it (to the targets after it, or, when it proves its optimum, to the next device)."""
+@dataclass
+class _Scripted:
+    """What :func:`_scripted_relaxations` recorded: each targets call's quick flag, each group relaxed, the seconds
+    each optimization was given, the bound found (ticks) and the ticked problem."""
+
+    asked: list[bool]
+    groups: list[list[int]]
+    given_s: list[float]
+    found: float
+    floor: int
+    ticked: Problem
+
+
+def _scripted_relaxations(monkeypatch: pytest.MonkeyPatch, quick_ones_prove: bool) -> _Scripted:
+    """The solver's device relaxations on P=4, N=8, two chunks in loop, budget 2 (6 s left, the real CP-SAT for the
+    optimizations, TARGETS_NONE_S 0 so that each ends at once), with the targets scripted: the quick ones prove a
+    tick above their floor when ``quick_ones_prove``, the others nothing."""
     monkeypatch.setattr(solver_module, "TARGETS_NONE_S", 0.0)
-    asked: list[bool] = []  # each call's quick flag
+    asked: list[bool] = []
     groups: list[list[int]] = []
-    given_s: list[float] = []  # the seconds each optimization was given
+    given_s: list[float] = []
     real_relaxation = device_bound_module.relaxation
     real_solver = solver_module._solver
 
@@ -539,14 +550,25 @@ def test_relaxations_end_when_the_quick_targets_and_the_optimization_prove_nothi
     ticked, _, _ = tick_problem(problem)
     incumbent = warm_starts(ticked, "makespan")[0].schedule
     floor = math.ceil(makespan_lower_bound(ticked))
-    solver_module._device_bound(ticked, solver_module.SolverSettings(num_workers=2), time.monotonic() + 6, None,
-                                floor, incumbent, math.inf)
-    assert given_s[0] <= 0.0
+    found = solver_module._device_bound(ticked, solver_module.SolverSettings(num_workers=2), time.monotonic() + 6,
+                                        None, floor, incumbent, math.inf)
+    return _Scripted(asked, groups, given_s, found, floor, ticked)
+
+
+@pytest.mark.parametrize("quick_ones_prove", [False, True])
+def test_relaxations_end_when_the_quick_targets_and_the_optimization_prove_nothing(
+        monkeypatch: pytest.MonkeyPatch, quick_ones_prove: bool) -> None:
+    """The first device's optimization gets at most TARGETS_NONE_S (none here), whatever the quick targets proved.
+    With the targets scripted to prove nothing, it ends the relaxations: no targets after it, no other device, no
+    group. With the quick ones scripted to prove a tick, the relaxations go on after it (to the targets after it,
+    or, when it proves its optimum, to the next device)."""
+    run = _scripted_relaxations(monkeypatch, quick_ones_prove)
+    assert run.given_s[0] <= 0.0
     if quick_ones_prove:
-        assert len(groups) >= 2 or asked[:2] == [True, False], (groups, asked)
+        assert len(run.groups) >= 2 or run.asked[:2] == [True, False], (run.groups, run.asked)
     else:
-        assert (groups, asked) == ([relaxation_order(ticked)[:1]], [True])
-        assert len(given_s) == 1
+        assert (run.groups, run.asked) == ([relaxation_order(run.ticked)[:1]], [True])
+        assert len(run.given_s) == 1
 
 
 @pytest.mark.parametrize("quick_ones_prove", [False, True])
@@ -556,40 +578,13 @@ def test_on_a_large_model_no_optimization_follows_quick_targets_that_prove_nothi
     relaxations end with them, before any optimization (no CP-SAT solver made, no other device, no group); where
     they prove a tick the optimization runs."""
     monkeypatch.setattr(solver_module, "LARGE_MODEL_OPS", 0)
-    monkeypatch.setattr(solver_module, "TARGETS_NONE_S", 0.0)  # an optimization that runs ends at once
-    asked: list[bool] = []
-    groups: list[list[int]] = []
-    solvers: list[float] = []
-    real_relaxation = device_bound_module.relaxation
-    real_solver = solver_module._solver
-
-    def counted(settings: solver_module.SolverSettings, deadline: float) -> cp_model.CpSolver:
-        solvers.append(deadline)
-        return real_solver(settings, deadline)
-
-    def scripted(relaxed: object, floor: int, *args: object, quick: bool = False, **kwargs: object) -> tuple[int, bool]:
-        asked.append(quick)
-        return floor + (1 if quick and quick_ones_prove else 0), False
-
-    def recorded(ticked: Problem, group: list[int], *args: object, **kwargs: object) -> object:
-        groups.append(list(group))
-        return real_relaxation(ticked, group, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(device_bound_module, "prove_by_targets", scripted)
-    monkeypatch.setattr(device_bound_module, "relaxation", recorded)
-    monkeypatch.setattr(solver_module, "_solver", counted)
-    problem = family(4, 8, 2).with_layout(2, "loop")
-    ticked, _, _ = tick_problem(problem)
-    incumbent = warm_starts(ticked, "makespan")[0].schedule
-    floor = math.ceil(makespan_lower_bound(ticked))
-    found = solver_module._device_bound(ticked, solver_module.SolverSettings(num_workers=2), time.monotonic() + 6,
-                                        None, floor, incumbent, math.inf)
+    run = _scripted_relaxations(monkeypatch, quick_ones_prove)
     if quick_ones_prove:
-        assert solvers, "the optimization was skipped though the quick targets proved a tick"
-        assert found >= floor + 1
+        assert run.given_s, "the optimization was skipped though the quick targets proved a tick"
+        assert run.found >= run.floor + 1
     else:
-        assert (groups, asked, solvers) == ([relaxation_order(ticked)[:1]], [True], [])
-        assert found == 0.0
+        assert (run.groups, run.asked, run.given_s) == ([relaxation_order(run.ticked)[:1]], [True], [])
+        assert run.found == 0.0
 
 
 def _by_targets(problem: Problem, device: int, objective: str, limit_s: float,
