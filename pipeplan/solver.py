@@ -171,9 +171,10 @@ TARGETS_SHARE = 0.4
 # 187.46 / 187.51 -> 187.01 / 187.07 (the loop row 154.79 / 154.79 -> 154.55 / 154.79). The one row where the
 # optimization proved more after them, P=8, N=16, V, budget 6, proves its optimum within the cap (4 s in these
 # runs). On a large model (above LARGE_MODEL_OPS) no optimization follows quick targets that proved nothing: on
-# the rows of that kind (P=16, V, budget 11, N=32 and 64) it proved nothing within the cap either, and the
-# neighbourhood search gains its seconds (60 s, runs beside the version before: 103.27 / 103.27 -> 103.11 /
-# 103.17 and 187.07 / 187.26 -> 187.08 / 186.96), while the small row above keeps its proof.
+# the rows of that kind (P=16, V, budget 11, N=32 and 64; P=32, V, budgets 11 and 22) it proved nothing within
+# the cap either, and the neighbourhood search gains its seconds (60 s, runs beside the version before, P=16:
+# 103.27 / 103.27 -> 103.11 / 103.17 and 187.07 / 187.26 -> 187.08 / 186.96; P=32, N=64, budget 22 and N=128,
+# budget 11: unchanged), while the small row above keeps its proof.
 TARGETS_NONE_S = 8.0
 # Nor do they run on two or more chunks in loop placement from this many devices up: there a device holds a
 # chunk's activations through a round trip over every other device, which its relaxation sees only as chains,
@@ -960,11 +961,12 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     if not devices or until - now < DEVICE_MIN_S:
         return 0.0
     hint = simulate(ticked, incumbent)
-    large = _is_large(len(hint.ops))
+    large = _is_large(len(hint.ops))  # every op of the problem: the replay of a complete schedule
     start = float(math.ceil(floor_ticks - _EPS))  # the objective in ticks is whole
     best = start
     reported = best
-    given_up = False  # a device's quick targets and its optimization proved nothing: the relaxations end
+    given_up = False  # a device's quick targets and its optimization (none on a large model) proved nothing: the
+    # relaxations end
 
     def proven(ticks: float) -> None:
         nonlocal reported
@@ -994,13 +996,13 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
             before = best
             if by_targets(relaxation, incumbent_ticks, now + TARGETS_QUICK * max(0.0, end - now), pace, quick=True):
                 return True
-            relaxation.model.add(relaxation.objective >= int(best))
             unpromising = best <= before
             if unpromising and large:  # see TARGETS_NONE_S: nothing more is proven there
                 log.info("devices %s relaxation: the quick targets proved nothing, no optimization on a large model",
                          group)
                 given_up = True
                 return False
+            relaxation.model.add(relaxation.objective >= int(best))
             end = min(end, time.monotonic() + TARGETS_NONE_S)
         relaxation.add_hint(hint)
         solver = _solver(settings, end)

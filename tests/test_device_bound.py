@@ -516,8 +516,11 @@ class _Scripted:
     groups: list[list[int]]
     given_s: list[float]
     found: float
-    floor: int
     ticked: Problem
+
+
+def _scripted_problem() -> Problem:
+    return family(4, 8, 2).with_layout(2, "loop")
 
 
 def _scripted_relaxations(monkeypatch: pytest.MonkeyPatch, quick_ones_prove: bool) -> _Scripted:
@@ -546,13 +549,12 @@ def _scripted_relaxations(monkeypatch: pytest.MonkeyPatch, quick_ones_prove: boo
     monkeypatch.setattr(device_bound_module, "prove_by_targets", scripted)
     monkeypatch.setattr(device_bound_module, "relaxation", recorded)
     monkeypatch.setattr(solver_module, "_solver", timed)
-    problem = family(4, 8, 2).with_layout(2, "loop")
-    ticked, _, _ = tick_problem(problem)
+    ticked, _, _ = tick_problem(_scripted_problem())
     incumbent = warm_starts(ticked, "makespan")[0].schedule
     floor = math.ceil(makespan_lower_bound(ticked))
     found = solver_module._device_bound(ticked, solver_module.SolverSettings(num_workers=2), time.monotonic() + 6,
                                         None, floor, incumbent, math.inf)
-    return _Scripted(asked, groups, given_s, found, floor, ticked)
+    return _Scripted(asked, groups, given_s, found, ticked)
 
 
 @pytest.mark.parametrize("quick_ones_prove", [False, True])
@@ -571,17 +573,21 @@ def test_relaxations_end_when_the_quick_targets_and_the_optimization_prove_nothi
         assert len(run.given_s) == 1
 
 
-@pytest.mark.parametrize("quick_ones_prove", [False, True])
+@pytest.mark.parametrize(("quick_ones_prove", "large"), [(False, True), (True, True), (False, False)])
 def test_on_a_large_model_no_optimization_follows_quick_targets_that_prove_nothing(
-        monkeypatch: pytest.MonkeyPatch, quick_ones_prove: bool) -> None:
-    """As above, with the model counted as large (LARGE_MODEL_OPS 0): where the quick targets prove nothing the
-    relaxations end with them, before any optimization (no CP-SAT solver made, no other device, no group); where
-    they prove a tick the optimization runs."""
-    monkeypatch.setattr(solver_module, "LARGE_MODEL_OPS", 0)
+        monkeypatch: pytest.MonkeyPatch, quick_ones_prove: bool, large: bool) -> None:
+    """As above, with the model counted as large (LARGE_MODEL_OPS one below its number of ops) or not (exactly
+    its number): on a large model, where the quick targets prove nothing the relaxations end with them, before
+    any optimization (no CP-SAT solver made, no other device, no group); where they prove a tick the optimization
+    runs and the relaxations go on. On a model that is not large the optimization runs either way."""
+    num_ops = len(tick_problem(_scripted_problem())[0].all_ops())
+    monkeypatch.setattr(solver_module, "LARGE_MODEL_OPS", num_ops - 1 if large else num_ops)
     run = _scripted_relaxations(monkeypatch, quick_ones_prove)
-    if quick_ones_prove:
+    if not large:
+        assert len(run.given_s) == 1 and run.asked == [True], (run.given_s, run.asked)
+    elif quick_ones_prove:
         assert run.given_s, "the optimization was skipped though the quick targets proved a tick"
-        assert run.found >= run.floor + 1
+        assert len(run.groups) >= 2 or run.asked[:2] == [True, False], (run.groups, run.asked)
     else:
         assert (run.groups, run.asked, run.given_s) == ([relaxation_order(run.ticked)[:1]], [True], [])
         assert run.found == 0.0
