@@ -965,8 +965,8 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     start = float(math.ceil(floor_ticks - _EPS))  # the objective in ticks is whole
     best = start
     reported = best
-    given_up = False  # a device's quick targets and its optimization (none on a large model) proved nothing: the
-    # relaxations end
+    # A device's quick targets and its optimization (none on a large model) proved nothing: the relaxations end.
+    given_up = False
 
     def proven(ticks: float) -> None:
         nonlocal reported
