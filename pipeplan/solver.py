@@ -6,7 +6,7 @@ schedule and the greedy list schedulers, replayed), variables (one fixed-size in
 objective, solve, read back. Where memory binds, the window bound of :mod:`pipeplan.spacing` and, on one chunk,
 the collision bound of :mod:`pipeplan.collision_bound` (:data:`COLLISION_SHARE` of the time then left) may raise
 the proven bound first. The whole-model search gets half of the time left after the warm starts
-(:data:`SEARCH_SHARE`; :data:`LARGE_SEARCH_SHARE` on models of more than :data:`LARGE_MODEL_OPS` ops); when it
+(:data:`SEARCH_SHARE`; none on models of more than :data:`LARGE_MODEL_OPS` ops); when it
 does not prove its answer optimal, the fluid bound of :mod:`pipeplan.fluid_bound`
 (:data:`FLUID_SHARE` of the time then left) and the device relaxations of :mod:`pipeplan.device_bound`
 (:data:`DEVICE_SHARE` of the time left before the fluid bound; none on two or more chunks in loop placement
@@ -87,14 +87,16 @@ MAX_MODEL_OPS = 100_000
 # prove its answer optimal, a neighbourhood search around its best schedule (:mod:`pipeplan.lns`) runs for the
 # rest. With few workers CP-SAT runs no neighbourhood search of its own and creeps where memory binds.
 SEARCH_SHARE = 0.5
-# On models of more than LARGE_MODEL_OPS ops (P = 16 with two chunks or N = 64, and P = 32) the whole-model
-# search gets LARGE_SEARCH_SHARE instead. There its presolve alone takes seconds (6.2 s of a 25 s share on P=16,
-# N=32, loop, budget 11) and it gains little (on four of five such rows 0.06 or less in 25 s), while the
-# bounds and the neighbourhood search after it gain more from the time. Below that size it keeps half: on P=8,
-# N=16, one chunk, budget 3 it improves steadily and proves its optimum, and a share of 0.15 stops it short.
-# On such models the neighbourhood search's tail windows also get longer (pipeplan.lns.LARGE_TAIL_S).
+# On models of more than LARGE_MODEL_OPS ops (P = 16 with two chunks or N = 64, and P = 32) there is no
+# whole-model search: its time goes to the bounds and the neighbourhood search. There its presolve alone takes
+# seconds, and with the 0.15 of the time left it had last it ended UNKNOWN with no better order on every such row
+# logged (6.4 to 7.6 s at 60 s, plus building its solver), while the device relaxations' targets, given those
+# seconds, prove more (P=16, V, budget 6, 60 s, runs beside the version before: N=32 127.05 / 127.69 -> 127.69 /
+# 127.69 / 127.73 / 127.73 / 128.10, N=64 220.02 / 220.02 -> 220.63 / 221.25 / 221.25 / 220.02; the answers
+# the same). Below that size it keeps half: on P=8, N=16, one chunk, budget 3 it improves steadily and proves its
+# optimum, and a share of 0.15 stops it short. On large models the neighbourhood search's tail windows also get
+# longer (pipeplan.lns.LARGE_TAIL_S).
 LARGE_MODEL_OPS = 2_000
-LARGE_SEARCH_SHARE = 0.15
 
 # Near-equal schedules of different shapes leave different room for the neighbourhood search (a repeated
 # steady-state pattern leaves little): when the best warm start whose orders differ from the incumbent's and
@@ -170,11 +172,13 @@ TARGETS_SHARE = 0.4
 # two runs each beside the version before, 91.26 / 92.20 -> 90.65 / 90.65, 103.21 / 103.21 -> 103.09 / 103.05 and
 # 187.46 / 187.51 -> 187.01 / 187.07 (the loop row 154.79 / 154.79 -> 154.55 / 154.79). The one row where the
 # optimization proved more after them, P=8, N=16, V, budget 6, proves its optimum within the cap (4 s in these
-# runs). On a large model (above LARGE_MODEL_OPS) no optimization follows quick targets that proved nothing: on
-# the rows of that kind (P=16, V, budget 11, N=32 and 64; P=32, V, budgets 11 and 22) it proved nothing within
-# the cap either, and the neighbourhood search gains its seconds (60 s, runs beside the version before, P=16:
-# 103.27 / 103.27 -> 103.11 / 103.17 and 187.07 / 187.26 -> 187.08 / 186.96; P=32, N=64, budget 22 and N=128,
-# budget 11: unchanged), while the small row above keeps its proof.
+# runs). On a large model (above LARGE_MODEL_OPS) no optimization runs between the targets: where the quick ones
+# proved nothing it proved nothing within the cap either (P=16, V, budget 11, N=32 and 64; P=32, V, budgets 11 and
+# 22), and the neighbourhood search gains its seconds (60 s, runs beside the version before, P=16: 103.27 / 103.27
+# -> 103.11 / 103.17 and 187.07 / 187.26 -> 187.08 / 186.96; P=32, N=64, budget 22 and N=128, budget 11:
+# unchanged); where they proved something it ended UNKNOWN with nothing proven in every logged run (P=16, N=32, V,
+# budget 6: 6.7 to 7.9 s), and the targets after it get its seconds (the runs at LARGE_MODEL_OPS above). The small
+# row above keeps its proof.
 TARGETS_NONE_S = 8.0
 # Nor do they run on two or more chunks in loop placement from this many devices up: there a device holds a
 # chunk's activations through a round trip over every other device, which its relaxation sees only as chains,
@@ -839,30 +843,36 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
     model = _Model(ticked, settings.objective, _horizon(ticked, best.schedule, settings.objective))
     model.add_lower_bound(bound_ticks)
     model.add_hint(best_replay)
-    solver = _solver(settings, _search_deadline(deadline, len(model.tasks)))
-    if progress is not None:
-        solver.best_bound_callback = lambda ticks: tell(None, ticks / time_scale)
-    status = _run_search(solver, model.model,
-                         _Progress(progress, time_scale, started, settings.objective == "makespan" and exact), stop)
-    name = solver.status_name(status)
-    log.info("CP-SAT status %s in %.2f s", name, solver.wall_time)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
-        # The model is a relaxation that the best warm start satisfies within the horizon: INFEASIBLE or
-        # MODEL_INVALID here is a bug, never an answer to pass off as a result.
-        raise RuntimeError(f"CP-SAT answered {name} on a model that has a solution: {solver.solution_info()}")
     chosen, source, value, raw = best.schedule, best.schedule.name, best.objective, None
-    # CP-SAT's best objective bound is proven whether or not it found a solution (UNKNOWN keeps it too), so a
-    # bound the progress line showed is never dropped.
-    bound_ticks = max(bound_ticks, solver.best_objective_bound)
-    if status != cp_model.UNKNOWN:
-        solved = _read_order(model, solver, "optimal")
-        solved_metrics = compute_metrics(simulate(problem, solved))
-        solved_value = objective_of(solved_metrics, settings.objective)
-        if solved_metrics.feasible and solved_value < value * (1 - _EPS):
-            chosen, source, value = solved, "cp-sat", solved_value
-            raw = _solver_times(model, solver, time_scale) if exact else None
-        else:
-            log.info("the solver's order is no better than warm start %s", best.schedule.name)
+    if _is_large(len(model.tasks)):  # no whole-model search: see LARGE_MODEL_OPS
+        status = cp_model.UNKNOWN
+        name = (f"skipped: {len(model.tasks):,} ops are more than the {LARGE_MODEL_OPS:,} up to which the whole-model "
+                "search pays; its time went to the bounds and the neighbourhood search")
+        log.info("no whole-model search: %s", name)
+    else:
+        solver = _solver(settings, _search_deadline(deadline))
+        if progress is not None:
+            solver.best_bound_callback = lambda ticks: tell(None, ticks / time_scale)
+        status = _run_search(solver, model.model,
+                             _Progress(progress, time_scale, started, settings.objective == "makespan" and exact), stop)
+        name = solver.status_name(status)
+        log.info("CP-SAT status %s in %.2f s", name, solver.wall_time)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
+            # The model is a relaxation that the best warm start satisfies within the horizon: INFEASIBLE or
+            # MODEL_INVALID here is a bug, never an answer to pass off as a result.
+            raise RuntimeError(f"CP-SAT answered {name} on a model that has a solution: {solver.solution_info()}")
+        # CP-SAT's best objective bound is proven whether or not it found a solution (UNKNOWN keeps it too), so a
+        # bound the progress line showed is never dropped.
+        bound_ticks = max(bound_ticks, solver.best_objective_bound)
+        if status != cp_model.UNKNOWN:
+            solved = _read_order(model, solver, "optimal")
+            solved_metrics = compute_metrics(simulate(problem, solved))
+            solved_value = objective_of(solved_metrics, settings.objective)
+            if solved_metrics.feasible and solved_value < value * (1 - _EPS):
+                chosen, source, value = solved, "cp-sat", solved_value
+                raw = _solver_times(model, solver, time_scale) if exact else None
+            else:
+                log.info("the solver's order is no better than warm start %s", best.schedule.name)
     # The answer so far, replayed: CP-SAT's reports carry its model's objective, which the replay of its order
     # can beat (or, for the stage span, exceed).
     tell(value, bound())
@@ -950,10 +960,11 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
     every one before it (ticks) as CP-SAT proves it, so that progress shows while a relaxation runs (it is called
     from CP-SAT's thread, one call at a time). ``seconds``, when given, replaces that share (never past the
     deadline). One exception: on the first device, where its memory is stated through orders and its minimization
-    ends unproven, the targets after it take :data:`TARGETS_SHARE` of the time left beyond that share (the
-    neighbourhood search's; see ``relax`` below). And where a device's quick targets prove nothing, its
-    minimization gets at most :data:`TARGETS_NONE_S` (none on a large model: :data:`LARGE_MODEL_OPS`) and, unless
-    it proves the optimum, the relaxations end there: what is left of the share goes to the neighbourhood search."""
+    ends unproven (or, on a large model, after its quick targets), the targets after it take
+    :data:`TARGETS_SHARE` of the time left beyond that share (the neighbourhood search's; see ``relax`` below).
+    And where a device's quick targets prove nothing, its minimization gets at most :data:`TARGETS_NONE_S` and,
+    unless it proves the optimum, the relaxations end there: what is left of the share goes to the neighbourhood
+    search. On a large model (:data:`LARGE_MODEL_OPS`) no minimization runs between the targets."""
     now = time.monotonic()
     share = DEVICE_SHARE * max(0.0, deadline - now) if seconds is None else seconds
     until = min(deadline, now + share)
@@ -986,7 +997,8 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         # first device tried when its optimization ends unproven, until the end of the relaxation's time or for
         # TARGETS_SHARE of the time left (the neighbourhood search's), whichever is later (on the next device that
         # time was lost on the rows measured), at the pace the quick ones showed. Where the quick ones prove
-        # nothing, no targets follow the optimization, and on a large model no optimization either.
+        # nothing, no targets follow the optimization. On a large model no optimization runs: the first device's
+        # targets go on after the quick ones when those proved something, and the relaxations end when they did not.
         targets = len(group) == 1 and relaxation.ordered_memory
         unpromising = False  # the quick targets proved nothing
         pace = device_bound.Pace()
@@ -997,11 +1009,16 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
             if by_targets(relaxation, incumbent_ticks, now + TARGETS_QUICK * max(0.0, end - now), pace, quick=True):
                 return True
             unpromising = best <= before
-            if unpromising and large:  # see TARGETS_NONE_S: nothing more is proven there
-                log.info("devices %s relaxation: the quick targets proved nothing, no optimization on a large model",
-                         group)
-                given_up = True
-                return False
+            if large:  # see TARGETS_NONE_S: no optimization on a large model
+                if unpromising:
+                    log.info("devices %s relaxation: the quick targets proved nothing on a large model", group)
+                    given_up = True
+                    return False
+                if not first:
+                    return False
+                now = time.monotonic()
+                return by_targets(relaxation, incumbent_ticks,
+                                  max(device_end, now + TARGETS_SHARE * max(0.0, deadline - now)), pace)
             relaxation.model.add(relaxation.objective >= int(best))
             end = min(end, time.monotonic() + TARGETS_NONE_S)
         relaxation.add_hint(hint)
@@ -1086,13 +1103,11 @@ def _decide(settings: SolverSettings, model: cp_model.CpModel, capped: cp_model.
     return status, None
 
 
-def _search_deadline(deadline: float, num_ops: int) -> float:
-    """When the whole-model search of a model of ``num_ops`` ops ends: after :data:`SEARCH_SHARE` of the time
-    left (:data:`LARGE_SEARCH_SHARE` above :data:`LARGE_MODEL_OPS` ops), so that the neighbourhood search
-    (:mod:`pipeplan.lns`) has the rest when the first does not prove its answer."""
+def _search_deadline(deadline: float) -> float:
+    """When the whole-model search ends: after :data:`SEARCH_SHARE` of the time left, so that the neighbourhood
+    search (:mod:`pipeplan.lns`) has the rest when the first does not prove its answer."""
     now = time.monotonic()
-    share = LARGE_SEARCH_SHARE if _is_large(num_ops) else SEARCH_SHARE
-    return now + share * max(0.0, deadline - now)
+    return now + SEARCH_SHARE * max(0.0, deadline - now)
 
 
 def _search_around(problem: Problem, model: _Model, incumbent: Schedule, value: float, rival: Schedule | None,
