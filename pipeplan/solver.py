@@ -91,11 +91,11 @@ SEARCH_SHARE = 0.5
 # whole-model search: its time goes to the bounds and the neighbourhood search. There its presolve alone takes
 # seconds, and with the 0.15 of the time left it had last it ended UNKNOWN with no better order on every such row
 # logged (6.4 to 7.6 s at 60 s, plus building its solver), while the device relaxations' targets, given those
-# seconds, prove more (P=16, V, budget 6, 60 s, runs beside the version before: N=32 127.05 / 127.69 -> 127.69 /
-# 127.69 / 127.73 / 127.73 / 128.10, N=64 220.02 / 220.02 -> 220.63 / 221.25 / 221.25 / 220.02; the answers
-# the same). Below that size it keeps half: on P=8, N=16, one chunk, budget 3 it improves steadily and proves its
-# optimum, and a share of 0.15 stops it short. On large models the neighbourhood search's tail windows also get
-# longer (pipeplan.lns.LARGE_TAIL_S).
+# seconds, prove more (P=16, V, budget 6, 60 s, with no minimization between the targets either, runs beside the
+# version before: N=32 127.05 / 127.69 -> 127.73 / 127.73 / 127.69 / 128.10, N=64 220.02 / 220.02 -> 221.25 /
+# 220.02; the answers the same; more in docs/memory-wall-log.md). Below that size it keeps half: on P=8, N=16, one
+# chunk, budget 3 it improves steadily and proves its optimum, and a share of 0.15 stops it short. On large models
+# the neighbourhood search's tail windows also get longer (pipeplan.lns.LARGE_TAIL_S).
 LARGE_MODEL_OPS = 2_000
 
 # Near-equal schedules of different shapes leave different room for the neighbourhood search (a repeated
@@ -177,7 +177,7 @@ TARGETS_SHARE = 0.4
 # 22), and the neighbourhood search gains its seconds (60 s, runs beside the version before, P=16: 103.27 / 103.27
 # -> 103.11 / 103.17 and 187.07 / 187.26 -> 187.08 / 186.96; P=32, N=64, budget 22 and N=128, budget 11:
 # unchanged); where they proved something it ended UNKNOWN with nothing proven in every logged run (P=16, N=32, V,
-# budget 6: 6.7 to 7.9 s), and the targets after it get its seconds (the runs at LARGE_MODEL_OPS above). The small
+# budget 6: 6.6 to 7.9 s), and the targets after it get its seconds (the runs at LARGE_MODEL_OPS above). The small
 # row above keeps its proof.
 TARGETS_NONE_S = 8.0
 # Nor do they run on two or more chunks in loop placement from this many devices up: there a device holds a
