@@ -271,8 +271,9 @@ class SolveResult:
     """Objective of every feasible warm start, keyed by its name."""
     search: str = ""
     """What the CP-SAT search did: its status name (OPTIMAL, FEASIBLE, UNKNOWN: stopped before it found a
-    schedule), or why it did not run (the warm start met the bound, the problem is too large for the model,
-    the time limit was spent on the warm starts, or a stop was requested)."""
+    schedule), or why it did not run (the warm start met the bound, the problem is too large for the model or
+    large enough that its time goes to the bounds and the neighbourhood search instead, the time limit was spent
+    on the warm starts, or a stop was requested)."""
     interrupted: bool = False
     """True when a stop request (e.g. Ctrl-C) ended the search early: the answer is the best found so far."""
     exact_ticks: bool = True
@@ -987,7 +988,8 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
 
     def relax(group: list[int], end: float, first: bool = False) -> bool:
         """Prove what CP-SAT can on the relaxation of ``group`` until ``end`` (the ``first`` one tried: targets
-        after its optimization too, see below); whether it proved the optimum."""
+        after its optimization too, or on a large model after its quick targets, see below); whether it proved the
+        optimum."""
         nonlocal best, given_up
         relaxation = device_bound.relaxation(ticked, group, settings.objective, floor=int(best), spacings=deltas)
         # One device with the memory stated through orders: targets (device_bound.prove_by_targets) before and after

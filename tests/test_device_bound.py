@@ -587,7 +587,9 @@ def test_on_a_large_model_no_optimization_runs_between_the_targets(
         assert len(run.given_s) == 1 and run.asked == [True], (run.given_s, run.asked)
     elif quick_ones_prove:
         assert run.given_s == [], "an optimization ran on a large model"
-        assert run.asked[:2] == [True, False], run.asked
+        # The first device's quick targets, then its later ones; every other device its quick ones only.
+        assert run.asked == [True, False] + [True] * (len(run.groups) - 1), (run.groups, run.asked)
+        assert run.found > 0.0
     else:
         assert (run.groups, run.asked, run.given_s) == ([relaxation_order(run.ticked)[:1]], [True], [])
         assert run.found == 0.0

@@ -640,7 +640,7 @@ def test_the_whole_model_search_gets_half_of_the_time_left() -> None:
 def test_a_large_model_gets_no_whole_model_search_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """Above LARGE_MODEL_OPS the model is built (the neighbourhood search needs it) but not searched whole: the
     answer is valid and bounded, and its search field says why. P=4, N=8, which the whole-model search otherwise
-    proves optimal (see the test below), counted as large."""
+    proves optimal (test_search_status_says_what_cp_sat_did), counted as large."""
     problem = Problem.build(**FAMILY_4X8)
     monkeypatch.setattr(solver_module, "LARGE_MODEL_OPS", 10)
     result = solve(problem, time_limit_s=4, num_workers=2)
