@@ -843,14 +843,14 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
 
     model = _Model(ticked, settings.objective, _horizon(ticked, best.schedule, settings.objective))
     model.add_lower_bound(bound_ticks)
-    model.add_hint(best_replay)
     chosen, source, value, raw = best.schedule, best.schedule.name, best.objective, None
-    if _is_large(len(model.tasks)):  # no whole-model search: see LARGE_MODEL_OPS
+    if _is_large(len(model.tasks)):  # no whole-model search: see LARGE_MODEL_OPS (each neighbourhood brings its hint)
         status = cp_model.UNKNOWN
         name = (f"skipped: {len(model.tasks):,} ops are more than the {LARGE_MODEL_OPS:,} up to which the whole-model "
                 "search pays; its time went to the bounds and the neighbourhood search")
         log.info("no whole-model search: %s", name)
     else:
+        model.add_hint(best_replay)
         solver = _solver(settings, _search_deadline(deadline))
         if progress is not None:
             solver.best_bound_callback = lambda ticks: tell(None, ticks / time_scale)
@@ -1005,6 +1005,14 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
         unpromising = False  # the quick targets proved nothing
         pace = device_bound.Pace()
         device_end = end
+
+        def later_targets(reached: float) -> bool:
+            """The first device's targets after its optimization (or its quick targets): until the end of the
+            relaxation's time or for TARGETS_SHARE of the time left, whichever is later."""
+            now = time.monotonic()
+            return by_targets(relaxation, reached, max(device_end, now + TARGETS_SHARE * max(0.0, deadline - now)),
+                              pace)
+
         if targets:
             now = time.monotonic()
             before = best
@@ -1016,11 +1024,7 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
                     log.info("devices %s relaxation: the quick targets proved nothing on a large model", group)
                     given_up = True
                     return False
-                if not first:
-                    return False
-                now = time.monotonic()
-                return by_targets(relaxation, incumbent_ticks,
-                                  max(device_end, now + TARGETS_SHARE * max(0.0, deadline - now)), pace)
+                return first and later_targets(incumbent_ticks)
             relaxation.model.add(relaxation.objective >= int(best))
             end = min(end, time.monotonic() + TARGETS_NONE_S)
         relaxation.add_hint(hint)
@@ -1051,10 +1055,8 @@ def _device_bound(ticked: Problem, settings: SolverSettings, deadline: float, st
             given_up = True  # see TARGETS_NONE_S
         if status == cp_model.OPTIMAL or not targets or not first or unpromising:
             return status == cp_model.OPTIMAL
-        now = time.monotonic()
-        reached = min(solver.objective_value, incumbent_ticks) if status == cp_model.FEASIBLE else incumbent_ticks
-        return by_targets(relaxation, reached,
-                          max(device_end, now + TARGETS_SHARE * max(0.0, deadline - now)), pace)
+        return later_targets(min(solver.objective_value, incumbent_ticks) if status == cp_model.FEASIBLE
+                             else incumbent_ticks)
 
     def by_targets(relaxation: device_bound.Relaxation, reached: float, end: float, pace: device_bound.Pace,
                    quick: bool = False) -> bool:
