@@ -6,8 +6,8 @@ schedule and the greedy list schedulers, replayed), variables (one fixed-size in
 objective, solve, read back. Where memory binds, the window bound of :mod:`pipeplan.spacing` and, on one chunk,
 the collision bound of :mod:`pipeplan.collision_bound` (:data:`COLLISION_SHARE` of the time then left) may raise
 the proven bound first. The whole-model search gets half of the time left after the warm starts
-(:data:`SEARCH_SHARE`; none on models of more than :data:`LARGE_MODEL_OPS` ops); when it
-does not prove its answer optimal, the fluid bound of :mod:`pipeplan.fluid_bound`
+(:data:`SEARCH_SHARE`; none on models of more than :data:`LARGE_MODEL_OPS` ops; it ends sooner when it stalls,
+:data:`STALL_MIN_S`); when it does not prove its answer optimal, the fluid bound of :mod:`pipeplan.fluid_bound`
 (:data:`FLUID_SHARE` of the time then left) and the device relaxations of :mod:`pipeplan.device_bound`
 (:data:`DEVICE_SHARE` of the time left before the fluid bound; none on two or more chunks in loop placement
 from :data:`LOOP_SKIP_RELAXATION_P` devices up) may raise the proven bound, and a
@@ -87,6 +87,15 @@ MAX_MODEL_OPS = 100_000
 # prove its answer optimal, a neighbourhood search around its best schedule (:mod:`pipeplan.lns`) runs for the
 # rest. With few workers CP-SAT runs no neighbourhood search of its own and creeps where memory binds.
 SEARCH_SHARE = 0.5
+# It also ends sooner when it stalls: when neither its best order nor its bound has moved for as long as it had run
+# before either last moved (counted from when it began, presolve included), and for at least STALL_MIN_S; the time
+# it leaves goes to the bounds and the neighbourhood search, which take shares of the time left. On the memory
+# wall's small rows it often found its last order long before its share ended (P=8, N=16, V, budget 3: at 12.7 s
+# of its 27 s; P=8, N=32, loop, budget 3: at 20.5 s, after which the neighbourhood search found the answer), while
+# on others it found better orders after quiet spells of up to 9 s, which the rule keeps: P=8, N=32, loop, budget
+# 6, quiet from 23.7 to 32.7 s after some 16 s of search (60 s solves, 2 workers; the rows' runs side by side in
+# docs/memory-wall-log.md).
+STALL_MIN_S = 8.0
 # On models of more than LARGE_MODEL_OPS ops (P = 16 with two chunks or N = 64, and P = 32) there is no
 # whole-model search: its time goes to the bounds and the neighbourhood search. There its presolve alone takes
 # seconds, and with the 0.15 of the time left it had last it ended UNKNOWN with no better order on every such row
@@ -684,7 +693,8 @@ class _Model:
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
-    """Reports each new solution (and bound) through the user's callback, in the config's unit.
+    """Reports each new solution (and bound) through the user's callback, in the config's unit, and keeps when the
+    search last moved, for the stall rule of :data:`STALL_MIN_S` (:meth:`stalled`).
 
     A solution's objective is reported only when ``achievable``: when the replay of its order can only do as
     well (the makespan in exact ticks, as every op then starts no later). A stage span, or times rounded to
@@ -697,11 +707,36 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         self.scale = scale
         self.started = started
         self.achievable = achievable
+        self.began = time.monotonic()  # made just before its search starts
+        self.first: float | None = None  # when the search's first solution came (None: none yet)
+        self.last = self.began  # when its best objective or bound last moved
+        self.ended_stalled = False  # whether stalled() said so (the search is then stopped)
+
+    def moved(self) -> None:
+        """The search's best objective or bound moved just now."""
+        self.last = time.monotonic()
+
+    def stalled(self) -> bool:
+        """Whether the search has stalled (:func:`_stalled`); once it has, the search is stopped."""
+        if _stalled(self.began, self.first, self.last, time.monotonic()):
+            self.ended_stalled = True
+        return self.ended_stalled
 
     def on_solution_callback(self) -> None:
+        now = time.monotonic()
+        self.first = now if self.first is None else self.first
+        self.last = now
         if self.callback is not None:
             objective = self.objective_value / self.scale if self.achievable else None
             self.callback(Progress(time.monotonic() - self.started, objective, self.best_objective_bound / self.scale))
+
+
+def _stalled(began: float, first: float | None, last: float, now: float) -> bool:
+    """Whether a search that began at ``began``, found its first solution at ``first`` (None: none yet) and whose
+    best objective or bound last moved at ``last`` has stalled at ``now`` (seconds, one clock): quiet since ``last``
+    for longer than it ran before it and than :data:`STALL_MIN_S`. Never before its first solution (presolve can
+    take seconds)."""
+    return first is not None and now - last > max(STALL_MIN_S, last - began)
 
 
 def _read_order(model: _Model, solver: cp_model.CpSolver, name: str) -> Schedule:
@@ -852,12 +887,19 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
     else:
         model.add_hint(best_replay)
         solver = _solver(settings, _search_deadline(deadline))
-        if progress is not None:
-            solver.best_bound_callback = lambda ticks: tell(None, ticks / time_scale)
-        status = _run_search(solver, model.model,
-                             _Progress(progress, time_scale, started, settings.objective == "makespan" and exact), stop)
+        watch = _Progress(progress, time_scale, started, settings.objective == "makespan" and exact)
+
+        def bound_moved(ticks: float) -> None:
+            watch.moved()
+            if progress is not None:
+                tell(None, ticks / time_scale)
+
+        solver.best_bound_callback = bound_moved
+        status = _run_search(solver, model.model, watch, stop, stalled=watch.stalled)
         name = solver.status_name(status)
-        log.info("CP-SAT status %s in %.2f s", name, solver.wall_time)
+        log.info("CP-SAT status %s in %.2f s%s", name, solver.wall_time,
+                 " (ended: no better order or bound for as long as it had run, see STALL_MIN_S)"
+                 if watch.ended_stalled and status != cp_model.OPTIMAL else "")
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
             # The model is a relaxation that the best warm start satisfies within the horizon: INFEASIBLE or
             # MODEL_INVALID here is a bug, never an answer to pass off as a result.
@@ -1215,14 +1257,15 @@ def _reason_not_to_search(problem: Problem, best: _Candidate, bound: float, dead
 
 
 def _run_search(solver: cp_model.CpSolver, model: cp_model.CpModel, callback: _Progress | None,
-                stop: StopRequest | None) -> cp_model.CpSolverStatus:
+                stop: StopRequest | None, stalled: Callable[[], bool] = lambda: False) -> cp_model.CpSolverStatus:
     """Run CP-SAT so that Python signal handlers can stop it (:func:`pipeplan.cpsat.run_stoppable`), and so that
-    ``stop`` stops it too: at once when requested from another thread, within a poll from a signal handler."""
+    ``stop`` stops it too: at once when requested from another thread, within a poll from a signal handler.
+    ``stalled`` stops it too, within a poll, when it says so (the stall rule of :data:`STALL_MIN_S`)."""
     if stop is None:
-        return cpsat.run_stoppable(solver, model, callback=callback)
+        return cpsat.run_stoppable(solver, model, stalled, callback)
     stop._attach(solver)
     try:
-        return cpsat.run_stoppable(solver, model, lambda: stop.requested, callback)
+        return cpsat.run_stoppable(solver, model, lambda: stop.requested or stalled(), callback)
     finally:
         stop._detach(solver)
 
