@@ -64,8 +64,8 @@ def searches_end_unknown(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     search = solver_module._run_search
     proven: list[float] = []
 
-    def unknown(solver: cp_model.CpSolver, *args: Any) -> cp_model.CpSolverStatus:
-        search(solver, *args)
+    def unknown(solver: cp_model.CpSolver, *args: Any, **kwargs: Any) -> cp_model.CpSolverStatus:
+        search(solver, *args, **kwargs)
         proven.append(solver.best_objective_bound)
         return cp_model.UNKNOWN
 
