@@ -88,14 +88,18 @@ MAX_MODEL_OPS = 100_000
 # rest. With few workers CP-SAT runs no neighbourhood search of its own and creeps where memory binds.
 SEARCH_SHARE = 0.5
 # It also ends sooner when it stalls: when neither its best order nor its bound has moved for as long as it had run
-# before either last moved (counted from when it began, presolve included), and for at least STALL_MIN_S; the time
-# it leaves goes to the bounds and the neighbourhood search, which take shares of the time left. On the memory
+# before either last moved (counted from when it began, presolve included), and for at least STALL_MIN_S, while its
+# best order is more than STALL_GAP above its bound; the time it leaves goes to the bounds and the neighbourhood
+# search, which take shares of the time left. On the memory
 # wall's small rows it often found its last order long before its share ended (P=8, N=16, V, budget 3: at 12.7 s
 # of its 27 s; P=8, N=32, loop, budget 3: at 20.5 s, after which the neighbourhood search found the answer), while
 # on others it found better orders after quiet spells of up to 9 s, which the rule keeps: P=8, N=32, loop, budget
 # 6, quiet from 23.7 to 32.7 s after some 16 s of search (60 s solves, 2 workers; the rows' runs side by side in
-# docs/memory-wall-log.md).
+# docs/memory-wall-log.md). Close to its bound a search may be about to prove it after a long quiet spell: the
+# solver benchmark's P=4, N=32, budget 8, stage span (80.12 from the start against the bound 80.00) was proven at
+# 80.06 after 13.3 s of search in one of three runs, and without the gap condition the rule cut that proof.
 STALL_MIN_S = 8.0
+STALL_GAP = 0.01
 # On models of more than LARGE_MODEL_OPS ops (P = 16 with two chunks or N = 64, and P = 32) there is no
 # whole-model search: its time goes to the bounds and the neighbourhood search. There its presolve alone takes
 # seconds, and with the 0.15 of the time left it had last it ended UNKNOWN with no better order on every such row
@@ -710,15 +714,18 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         self.began = time.monotonic()  # made just before its search starts
         self.first: float | None = None  # when the search's first solution came (None: none yet)
         self.last = self.began  # when its best objective or bound last moved
+        self.best = math.inf  # its best objective and bound so far (ticks)
+        self.bound = 0.0
         self.ended_stalled = False  # whether stalled() said so (the search is then stopped)
 
-    def moved(self) -> None:
-        """The search's best objective or bound moved just now."""
+    def bound_moved(self, ticks: float) -> None:
+        """The search's bound moved just now, to ``ticks``."""
         self.last = time.monotonic()
+        self.bound = max(self.bound, ticks)
 
     def stalled(self) -> bool:
         """Whether the search has stalled (:func:`_stalled`); once it has, the search is stopped."""
-        if _stalled(self.began, self.first, self.last, time.monotonic()):
+        if _stalled(self.began, self.first, self.last, time.monotonic(), self.best, self.bound):
             self.ended_stalled = True
         return self.ended_stalled
 
@@ -726,17 +733,21 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         now = time.monotonic()
         self.first = now if self.first is None else self.first
         self.last = now
+        self.best = self.objective_value
+        self.bound = max(self.bound, self.best_objective_bound)
         if self.callback is not None:
             objective = self.objective_value / self.scale if self.achievable else None
             self.callback(Progress(time.monotonic() - self.started, objective, self.best_objective_bound / self.scale))
 
 
-def _stalled(began: float, first: float | None, last: float, now: float) -> bool:
+def _stalled(began: float, first: float | None, last: float, now: float, best: float, bound: float) -> bool:
     """Whether a search that began at ``began``, found its first solution at ``first`` (None: none yet) and whose
     best objective or bound last moved at ``last`` has stalled at ``now`` (seconds, one clock): quiet since ``last``
-    for longer than it ran before it and than :data:`STALL_MIN_S`. Never before its first solution (presolve can
-    take seconds)."""
-    return first is not None and now - last > max(STALL_MIN_S, last - began)
+    for longer than it ran before it and than :data:`STALL_MIN_S`, its best objective ``best`` more than
+    :data:`STALL_GAP` above its bound ``bound`` (any unit, the same for both). Never before its first solution
+    (presolve can take seconds)."""
+    return (first is not None and best - bound > STALL_GAP * best
+            and now - last > max(STALL_MIN_S, last - began))
 
 
 def _read_order(model: _Model, solver: cp_model.CpSolver, name: str) -> Schedule:
@@ -890,16 +901,17 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
         watch = _Progress(progress, time_scale, started, settings.objective == "makespan" and exact)
 
         def bound_moved(ticks: float) -> None:
-            watch.moved()
+            watch.bound_moved(ticks)
             if progress is not None:
                 tell(None, ticks / time_scale)
 
         solver.best_bound_callback = bound_moved
         status = _run_search(solver, model.model, watch, stop, stalled=watch.stalled)
         name = solver.status_name(status)
+        stalled = watch.ended_stalled and status != cp_model.OPTIMAL
         log.info("CP-SAT status %s in %.2f s%s", name, solver.wall_time,
-                 " (ended: no better order or bound for as long as it had run, see STALL_MIN_S)"
-                 if watch.ended_stalled and status != cp_model.OPTIMAL else "")
+                 f" (ended: no better order or bound for as long as it had run, more than {STALL_GAP:.0%} apart, "
+                 "see STALL_MIN_S)" if stalled else "")
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
             # The model is a relaxation that the best warm start satisfies within the horizon: INFEASIBLE or
             # MODEL_INVALID here is a bug, never an answer to pass off as a result.

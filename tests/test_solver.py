@@ -637,18 +637,23 @@ def test_the_whole_model_search_gets_half_of_the_time_left() -> None:
     assert solver_module._search_deadline(now - 1.0) == pytest.approx(time.monotonic(), abs=1.0)  # past due
 
 
-@pytest.mark.parametrize(("first", "last", "now", "stalled"), [
-    (None, 0.0, 100.0, False),  # no solution yet (presolve, or no hint taken): never stalled
-    (2.0, 2.0, 9.9, False),     # quiet for 7.9 s after 2 s of search: below the floor
-    (2.0, 2.0, 10.1, True),     # quiet for 8.1 s
-    (2.0, 20.0, 39.9, False),   # quiet for 19.9 s after 20 s of search
-    (2.0, 20.0, 40.1, True),    # quiet for longer than the search ran before it last moved
+@pytest.mark.parametrize(("first", "last", "now", "best", "stalled"), [
+    (None, 0.0, 100.0, 120.0, False),  # no solution yet (presolve, or no hint taken): never stalled
+    (2.0, 2.0, 9.9, 120.0, False),     # quiet for 7.9 s after 2 s of search: below the floor
+    (2.0, 2.0, 10.1, 120.0, True),     # quiet for 8.1 s
+    (2.0, 20.0, 39.9, 120.0, False),   # quiet for 19.9 s after 20 s of search
+    (2.0, 20.0, 40.1, 120.0, True),    # quiet for longer than the search ran before it last moved
+    (2.0, 20.0, 40.1, 100.9, False),   # ... but its best objective within 1 % of its bound, 100
+    (2.0, 20.0, 40.1, 101.1, True),    # ... and just beyond it
 ])
-def test_a_search_has_stalled_when_quiet_for_as_long_as_it_ran_before_and_at_least_the_floor(
-        monkeypatch: pytest.MonkeyPatch, first: float | None, last: float, now: float, stalled: bool) -> None:
-    """The rule of STALL_MIN_S, with the search begun at 0 (s) and the floor at 8 s."""
+def test_a_search_has_stalled_when_quiet_for_as_long_as_it_ran_before_and_away_from_its_bound(
+        monkeypatch: pytest.MonkeyPatch, first: float | None, last: float, now: float, best: float,
+        stalled: bool) -> None:
+    """The rule of STALL_MIN_S, with the search begun at 0 (s), the floor at 8 s, a gap of 1 % and the bound at
+    100."""
     monkeypatch.setattr(solver_module, "STALL_MIN_S", 8.0)
-    assert solver_module._stalled(0.0, first, last, now) is stalled
+    monkeypatch.setattr(solver_module, "STALL_GAP", 0.01)
+    assert solver_module._stalled(0.0, first, last, now, best, 100.0) is stalled
 
 
 def test_a_stalled_whole_model_search_ends_and_the_answer_stays_valid(
@@ -656,7 +661,7 @@ def test_a_stalled_whole_model_search_ends_and_the_answer_stays_valid(
     """P=4, N=8, two chunks in V placement, 2 activations, which the whole-model search does not prove within a few
     seconds: with every search counted as stalled once it has a solution, it ends at its first one, says so in the
     log, and the bounds and the neighbourhood search run on to a valid, bounded answer."""
-    monkeypatch.setattr(solver_module, "_stalled", lambda began, first, last, now: first is not None)
+    monkeypatch.setattr(solver_module, "_stalled", lambda began, first, last, now, best, bound: first is not None)
     problem = Problem.build(4, 8, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.03, activation=1.0,
                             weight_activation=0.35, budget=2, num_chunks=2, placement="v")
     with caplog.at_level("INFO", logger="pipeplan.solver"):
