@@ -8,8 +8,10 @@ of tiny instances, replayed by the simulator.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -656,18 +658,45 @@ def test_a_search_has_stalled_when_quiet_for_as_long_as_it_ran_before_and_away_f
     assert solver_module._stalled(0.0, first, last, now, best, 100.0) is stalled
 
 
+def test_the_search_watch_hears_bounds_and_stalls_by_the_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-model search's watch (_Progress) on a clock of its own: a bound heard restarts the quiet spell, the
+    rule then counts from it, and a bound within STALL_GAP of the best objective keeps it from stalling."""
+    clock = [100.0]
+    monkeypatch.setattr(solver_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))  # this module's clock
+    monkeypatch.setattr(solver_module, "STALL_MIN_S", 8.0)
+    watch = solver_module._Progress(None, 1, 100.0, True)  # the search begins at 100
+    clock[0] = 200.0
+    assert not watch.stalled()  # no solution yet
+    watch.first, watch.last, watch.best = 101.0, 101.0, 120.0  # as its first solution, at 101, would set them
+    clock[0] = 105.0
+    watch.bound_moved(100.0)  # its bound moves at 105, 5 s after it began
+    clock[0] = 112.9
+    assert not watch.stalled()  # quiet for 7.9 s
+    clock[0] = 113.1
+    assert watch.stalled() and watch.ended_stalled
+    near = solver_module._Progress(None, 1, 100.0, True)
+    near.first, near.last, near.best = 101.0, 101.0, 120.0
+    near.bound_moved(119.0)  # within 1 % of the best
+    clock[0] = 200.0
+    assert not near.stalled()
+
+
 def test_a_stalled_whole_model_search_ends_and_the_answer_stays_valid(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """P=4, N=8, two chunks in V placement, 2 activations, which the whole-model search does not prove within a few
-    seconds: with every search counted as stalled once it has a solution, it ends at its first one, says so in the
-    log, and the bounds and the neighbourhood search run on to a valid, bounded answer."""
+    seconds: with every search counted as stalled once it has a solution, it ends soon after its first one (given
+    all of the time left, it would run on for seconds), says so in the log, and the bounds and the neighbourhood
+    search run on to a valid, bounded answer."""
     monkeypatch.setattr(solver_module, "_stalled", lambda began, first, last, now, best, bound: first is not None)
+    monkeypatch.setattr(solver_module, "SEARCH_SHARE", 1.0)
     problem = Problem.build(4, 8, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.03, activation=1.0,
                             weight_activation=0.35, budget=2, num_chunks=2, placement="v")
     with caplog.at_level("INFO", logger="pipeplan.solver"):
-        result = solve(problem, objective="makespan", time_limit_s=4, num_workers=2)
+        result = solve(problem, objective="makespan", time_limit_s=6, num_workers=2)
     check_result(problem, result, "makespan")
-    assert "ended: no better order or bound" in caplog.text
+    ended = re.search(r"CP-SAT status \w+ in ([\d.]+) s \(ended: no better order or bound", caplog.text)
+    assert ended is not None, caplog.text
+    assert float(ended.group(1)) < 3.0  # stopped, not run to its deadline
 
 
 def test_a_large_model_gets_no_whole_model_search_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
