@@ -90,12 +90,11 @@ SEARCH_SHARE = 0.5
 # It also ends sooner when it stalls: when neither its best order nor its bound has moved for as long as it had run
 # before either last moved (counted from when it began, presolve included), and for at least STALL_MIN_S, while its
 # best order is more than STALL_GAP above its bound; the time it leaves goes to the bounds and the neighbourhood
-# search, which take shares of the time left. On the memory
-# wall's small rows it often found its last order long before its share ended (seconds into the solve, its share
-# ending at about 33 s: P=8, N=16, V, budget 3, at 12.7 s; P=8, N=32, loop, budget 3, at 20.5 s, after which the
-# neighbourhood search found the answer), while on others it found better orders after quiet spells of up to 9 s,
-# which the rule keeps: P=8, N=32, loop, budget 6, quiet from 23.7 to 32.7 s after some 16 s of search (60 s solves,
-# 2 workers; the rows' runs side by side in
+# search, which take shares of the time left. On the memory wall's small rows it often found its last order long
+# before its share ended (seconds into the solve, its share ending at about 33 s: P=8, N=16, V, budget 3, at
+# 12.7 s; P=8, N=32, loop, budget 3, at 20.5 s, after which the neighbourhood search found the answer), while on
+# others it found better orders after quiet spells of up to 9 s, which the rule keeps: P=8, N=32, loop, budget 6,
+# quiet from 23.7 to 32.7 s after some 16 s of search (60 s solves, 2 workers; the rows' runs side by side in
 # docs/memory-wall-log.md). Close to its bound a search may be about to prove it after a long quiet spell: the
 # solver benchmark's P=4, N=32, budget 8, stage span (80.12 from the start against the bound 80.00) was proven at
 # 80.06 after 13.3 s of search in one of three runs, and without the gap condition the rule cut that proof.
