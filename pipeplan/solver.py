@@ -712,9 +712,8 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         self.started = started
         self.achievable = achievable
         self.began = time.monotonic()  # made just before its search starts
-        self.first: float | None = None  # when the search's first solution came (None: none yet)
         self.last = self.began  # when its best objective or bound last moved
-        self.best = math.inf  # its best objective and bound so far (ticks)
+        self.best = math.inf  # its best objective (ticks; infinite until its first solution) and bound so far
         self.bound = 0.0
         self.ended_stalled = False  # whether stalled() said so (the search is then stopped)
 
@@ -725,28 +724,25 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 
     def stalled(self) -> bool:
         """Whether the search has stalled (:func:`_stalled`); once it has, the search is stopped."""
-        if _stalled(self.began, self.first, self.last, time.monotonic(), self.best, self.bound):
+        if _stalled(self.began, self.last, time.monotonic(), self.best, self.bound):
             self.ended_stalled = True
         return self.ended_stalled
 
     def on_solution_callback(self) -> None:
-        now = time.monotonic()
-        self.first = now if self.first is None else self.first
-        self.last = now
+        self.last = time.monotonic()
         self.best = self.objective_value
         self.bound = max(self.bound, self.best_objective_bound)
         if self.callback is not None:
             objective = self.objective_value / self.scale if self.achievable else None
-            self.callback(Progress(time.monotonic() - self.started, objective, self.best_objective_bound / self.scale))
+            self.callback(Progress(self.last - self.started, objective, self.best_objective_bound / self.scale))
 
 
-def _stalled(began: float, first: float | None, last: float, now: float, best: float, bound: float) -> bool:
-    """Whether a search that began at ``began``, found its first solution at ``first`` (None: none yet) and whose
-    best objective or bound last moved at ``last`` has stalled at ``now`` (seconds, one clock): quiet since ``last``
-    for longer than it ran before it and than :data:`STALL_MIN_S`, its best objective ``best`` more than
-    :data:`STALL_GAP` above its bound ``bound`` (any unit, the same for both). Never before its first solution
-    (presolve can take seconds)."""
-    return (first is not None and best - bound > STALL_GAP * best
+def _stalled(began: float, last: float, now: float, best: float, bound: float) -> bool:
+    """Whether a search that began at ``began`` and whose best objective or bound last moved at ``last`` has
+    stalled at ``now`` (seconds, one clock): quiet since ``last`` for longer than it ran before it and than
+    :data:`STALL_MIN_S`, its best objective ``best`` more than :data:`STALL_GAP` above its bound ``bound`` (any
+    unit, the same for both). Never before its first solution (``best`` infinite; presolve can take seconds)."""
+    return (math.isfinite(best) and best - bound > STALL_GAP * best
             and now - last > max(STALL_MIN_S, last - began))
 
 

@@ -8,6 +8,7 @@ of tiny instances, replayed by the simulator.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from pathlib import Path
@@ -639,23 +640,22 @@ def test_the_whole_model_search_gets_half_of_the_time_left() -> None:
     assert solver_module._search_deadline(now - 1.0) == pytest.approx(time.monotonic(), abs=1.0)  # past due
 
 
-@pytest.mark.parametrize(("first", "last", "now", "best", "stalled"), [
-    (None, 0.0, 100.0, 120.0, False),  # no solution yet (presolve, or no hint taken): never stalled
-    (2.0, 2.0, 9.9, 120.0, False),     # quiet for 7.9 s after 2 s of search: below the floor
-    (2.0, 2.0, 10.1, 120.0, True),     # quiet for 8.1 s
-    (2.0, 20.0, 39.9, 120.0, False),   # quiet for 19.9 s after 20 s of search
-    (2.0, 20.0, 40.1, 120.0, True),    # quiet for longer than the search ran before it last moved
-    (2.0, 20.0, 40.1, 100.9, False),   # ... but its best objective within 1 % of its bound, 100
-    (2.0, 20.0, 40.1, 101.1, True),    # ... and just beyond it
+@pytest.mark.parametrize(("last", "now", "best", "stalled"), [
+    (0.0, 100.0, math.inf, False),  # no solution yet (presolve, or no hint taken): never stalled
+    (2.0, 9.9, 120.0, False),       # quiet for 7.9 s after 2 s of search: below the floor
+    (2.0, 10.1, 120.0, True),       # quiet for 8.1 s
+    (20.0, 39.9, 120.0, False),     # quiet for 19.9 s after 20 s of search
+    (20.0, 40.1, 120.0, True),      # quiet for longer than the search ran before it last moved
+    (20.0, 40.1, 100.9, False),     # ... but its best objective within 1 % of its bound, 100
+    (20.0, 40.1, 101.1, True),      # ... and just beyond it
 ])
 def test_a_search_has_stalled_when_quiet_for_as_long_as_it_ran_before_and_away_from_its_bound(
-        monkeypatch: pytest.MonkeyPatch, first: float | None, last: float, now: float, best: float,
-        stalled: bool) -> None:
+        monkeypatch: pytest.MonkeyPatch, last: float, now: float, best: float, stalled: bool) -> None:
     """The rule of STALL_MIN_S, with the search begun at 0 (s), the floor at 8 s, a gap of 1 % and the bound at
     100."""
     monkeypatch.setattr(solver_module, "STALL_MIN_S", 8.0)
     monkeypatch.setattr(solver_module, "STALL_GAP", 0.01)
-    assert solver_module._stalled(0.0, first, last, now, best, 100.0) is stalled
+    assert solver_module._stalled(0.0, last, now, best, 100.0) is stalled
 
 
 def test_the_search_watch_hears_bounds_and_stalls_by_the_rule(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -667,7 +667,7 @@ def test_the_search_watch_hears_bounds_and_stalls_by_the_rule(monkeypatch: pytes
     watch = solver_module._Progress(None, 1, 100.0, True)  # the search begins at 100
     clock[0] = 200.0
     assert not watch.stalled()  # no solution yet
-    watch.first, watch.last, watch.best = 101.0, 101.0, 120.0  # as its first solution, at 101, would set them
+    watch.last, watch.best = 101.0, 120.0  # as its first solution, at 101, would set them
     clock[0] = 105.0
     watch.bound_moved(100.0)  # its bound moves at 105, 5 s after it began
     clock[0] = 112.9
@@ -675,7 +675,7 @@ def test_the_search_watch_hears_bounds_and_stalls_by_the_rule(monkeypatch: pytes
     clock[0] = 113.1
     assert watch.stalled() and watch.ended_stalled
     near = solver_module._Progress(None, 1, 100.0, True)
-    near.first, near.last, near.best = 101.0, 101.0, 120.0
+    near.last, near.best = 101.0, 120.0
     near.bound_moved(119.0)  # within 1 % of the best
     clock[0] = 200.0
     assert not near.stalled()
@@ -687,7 +687,7 @@ def test_a_stalled_whole_model_search_ends_and_the_answer_stays_valid(
     seconds: with every search counted as stalled once it has a solution, it ends soon after its first one (given
     all of the time left, it would run on for seconds), says so in the log, and the bounds and the neighbourhood
     search run on to a valid, bounded answer."""
-    monkeypatch.setattr(solver_module, "_stalled", lambda began, first, last, now, best, bound: first is not None)
+    monkeypatch.setattr(solver_module, "_stalled", lambda began, last, now, best, bound: math.isfinite(best))
     monkeypatch.setattr(solver_module, "SEARCH_SHARE", 1.0)
     problem = Problem.build(4, 8, forward=1.0, backward=1.0, backward_weight=0.5, comm=0.03, activation=1.0,
                             weight_activation=0.35, budget=2, num_chunks=2, placement="v")
