@@ -583,6 +583,10 @@ class _Model:
         self.tasks: dict[Op, _Task] = {}  # keyed by op
         # Each live-memory interval's length, with the forward that opens it and the B or W that closes it.
         self.live: list[tuple[cp_model.IntVar, Op, Op]] = []
+        # Each precedence the model holds, as (before, after, ticks): after starts at least that long after before
+        # starts (the neighbourhood search narrows its sub-models' start domains by them).
+        self.precedences: list[tuple[Op, Op, int]] = []
+        self.objective_ends: list[Op] = []  # the ops whose end the objective is at least (makespan: every sink)
         self._add_variables()
         self._add_precedences()
         self._add_no_overlap()
@@ -604,10 +608,16 @@ class _Model:
             interval = self.model.new_fixed_size_interval_var(start, duration, f"i_{name}")
             self.tasks[op] = _Task(start, duration, interval)
 
+    def _add_precedence(self, before: Op, after: Op, lag: int) -> None:
+        """``after`` starts at least ``lag`` ticks after ``before`` ends."""
+        delay = self.tasks[before].duration + lag
+        self.model.add(self.tasks[after].start >= self.tasks[before].start + delay)
+        self.precedences.append((before, after, delay))
+
     def _add_precedences(self) -> None:
-        for op, task in self.tasks.items():
+        for op in self.tasks:
             for dep, lag in self.problem.dependencies(op):
-                self.model.add(task.start >= self.tasks[dep].end + int(lag))
+                self._add_precedence(dep, op, int(lag))
 
     def _add_no_overlap(self) -> None:
         for d in range(self.problem.num_devices):
@@ -652,30 +662,29 @@ class _Model:
         for s in range(problem.num_model_stages):
             for kind in problem.kinds:
                 for mb in range(problem.num_microbatches - 1):
-                    before = self.tasks[problem.op(kind, s, mb)]
-                    after = self.tasks[problem.op(kind, s, mb + 1)]
-                    self.model.add(after.start >= before.end)
+                    self._add_precedence(problem.op(kind, s, mb), problem.op(kind, s, mb + 1), 0)
 
-    def _device_sinks(self, d: int) -> list[_Task]:
+    def _device_sinks(self, d: int) -> list[Op]:
         """The ops on device d that no other op on d follows by dependency: W when split, else B."""
         kind = OpKind.W if self.problem.split_backward else OpKind.B
-        return [self.tasks[op] for op in self.tasks if op.kind is kind and self.problem.device_of(op.stage) == d]
+        return [op for op in self.tasks if op.kind is kind and self.problem.device_of(op.stage) == d]
 
     def _add_objective(self) -> cp_model.IntVar:
         problem = self.problem
         obj = self.model.new_int_var(0, self.horizon, self.objective_name)
         if self.objective_name == "makespan":
             for d in range(problem.num_devices):
-                for task in self._device_sinks(d):
-                    self.model.add(obj >= task.end)
+                for op in self._device_sinks(d):
+                    self.model.add(obj >= self.tasks[op].end)
+                    self.objective_ends.append(op)
             self.model.add(obj >= math.ceil(makespan_lower_bound(problem) - _EPS))
         else:
             # Spans do not change when the whole schedule shifts, so the first op of all starts at 0.
             self.model.add(self.tasks[problem.op(OpKind.F, 0, 0)].start == 0)
             for d in range(problem.num_devices):
                 first = self.tasks[problem.op(OpKind.F, min(problem.stages_on_device(d)), 0)]
-                for task in self._device_sinks(d):
-                    self.model.add(obj + first.start >= task.end)
+                for op in self._device_sinks(d):
+                    self.model.add(obj + first.start >= self.tasks[op].end)
             self.model.add(obj >= math.ceil(stage_span_lower_bound(problem) - _EPS))
         self.model.minimize(obj)
         return obj
@@ -1215,6 +1224,8 @@ def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSe
         durations={op: task.duration for op, task in model.tasks.items()},
         objective=model.objective,
         read_order=lambda solver: _read_order(model, solver, "optimal"),
+        precedences=model.precedences,
+        objective_ends=model.objective_ends,
     )
     return lns.improve(
         base, problem, incumbent,

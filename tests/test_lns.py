@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from exhaustive import examples, small_problems
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from invariants import assert_valid
 from ortools.sat.python import cp_model
@@ -299,7 +299,8 @@ def lns_model(model: _Model) -> lns.LnsModel:
 
     return lns.LnsModel(model=model.model, starts={op: task.start for op, task in model.tasks.items()},
                         durations={op: task.duration for op, task in model.tasks.items()},
-                        objective=model.objective, read_order=no_order)
+                        objective=model.objective, read_order=no_order, precedences=model.precedences,
+                        objective_ends=model.objective_ends)
 
 
 def reference_restriction(base: lns.LnsModel, timeline: Any, window: lns.Neighbourhood,
@@ -388,6 +389,109 @@ def test_a_neighbourhood_holds_what_it_should_and_nothing_more(problem: Problem,
         assert optima[0] == optima[1]
 
 
+def solved(model: cp_model.CpModel, seconds: float = 10.0) -> tuple[int, cp_model.CpSolver]:
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = seconds
+    return solver.solve(model), solver
+
+
+@settings(max_examples=examples(15, 40), deadline=None)
+@given(problem=small_problems(), begin=st.floats(0.0, 1.0), width=st.floats(0.05, 0.6),
+       objective=st.sampled_from(["makespan", "stage_span"]), cut=st.floats(0.0, 0.15), free_forward=st.booleans())
+def test_narrowed_start_domains_lose_no_schedule(problem: Problem, begin: float, width: float, objective: str,
+                                                 cut: float, free_forward: bool) -> None:
+    """With the objective capped below the incumbent's, as the search asks, the neighbourhood's model (its start
+    domains narrowed by what the precedences imply) and its definition agree: when the narrowing alone shows the
+    neighbourhood empty, CP-SAT proves the definition infeasible; otherwise each solution CP-SAT finds of either
+    solves the other, and where one is proven infeasible so is the other. Unequal costs, 1 or 2 chunks, both
+    objectives, ops of no duration."""
+    if free_forward:
+        problem = dataclasses.replace(problem, forward=(0.0, *problem.forward[1:]))
+    ticked, _, _ = tick_problem(problem)
+    incumbent = warm_starts(ticked, objective)[0]
+    model = _Model(ticked, objective, _horizon(ticked, incumbent.schedule, objective))
+    base = lns_model(model)
+    timeline = simulate(ticked, incumbent.schedule)
+    makespan = int(round(max(timeline.end)))
+    value = int(round(objective_of(compute_metrics(timeline), objective)))
+    bound = value - 1 - int(cut * value)
+    window = lns.Neighbourhood(int(begin * makespan), int(begin * makespan) + max(1, int(width * makespan)))
+    narrowed = lns._restrict(base, lns.placed(base, timeline), window, bound)
+    definition = reference_restriction(base, timeline, window, bound)
+    status, solver = solved(definition)
+    if narrowed is None:
+        event("shown empty by the precedences")
+        assert status == cp_model.INFEASIBLE, solver.status_name(status)
+        return
+    other_status, other = solved(narrowed)
+    event(f"built; definition {solver.status_name(status)}")
+    decided = {cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.INFEASIBLE}
+    if status in decided and other_status in decided:
+        assert (status == cp_model.INFEASIBLE) == (other_status == cp_model.INFEASIBLE)
+    for found, result, into in ((status, solver, narrowed), (other_status, other, definition)):
+        if found in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            assert fixed_to(into, base, {op: result.value(base.starts[op]) for op in timeline.ops})
+
+
+def test_narrowed_start_domains_follow_the_held_ops_and_the_cap() -> None:
+    """On a tail window with the makespan capped a tick below the incumbent's, every free op's start domain ends
+    by the cap less its duration (the W passes, whose ends the makespan is at least, and through the precedences
+    every op before them), and each free op right after a held one on a chain starts no sooner than the held
+    op's start plus their delay; the base model's domains are wider."""
+    problem = Problem.build(3, 6, forward=[1.0, 1.5, 1.0], backward=[1.5, 1.0, 2.0], backward_weight=0.5,
+                            comm=0.25, weight_activation=0.5, budget=2)
+    ticked, _, _ = tick_problem(problem)
+    incumbent = warm_starts(ticked, "makespan")[0]
+    model = _Model(ticked, "makespan", _horizon(ticked, incumbent.schedule, "makespan"))
+    base = lns_model(model)
+    timeline = simulate(ticked, incumbent.schedule)
+    start = {op: int(round(begin)) for op, begin in zip(timeline.ops, timeline.start)}
+    makespan = int(round(max(timeline.end)))
+    window = lns.Neighbourhood(makespan // 2, makespan)
+    narrowed = lns._restrict(base, lns.placed(base, timeline), window, makespan - 1)
+    assert narrowed is not None
+
+    def domain(cp: cp_model.CpModel, op: Any) -> tuple[int, int]:
+        values = cp.proto.variables[base.starts[op].index].domain
+        return values[0], values[len(values) - 1]
+
+    held = {op for op in timeline.ops if start[op] + base.durations[op] <= window.begin}
+    free = [op for op in timeline.ops if op not in held]
+    assert held and free
+    for op in free:
+        assert domain(narrowed, op)[1] <= makespan - 1 - base.durations[op]
+    narrower = [op for op in free if domain(narrowed, op) != domain(model.model, op)]
+    assert narrower
+    after_held = [(before, after, delay) for before, after, delay in model.precedences
+                  if before in held and after not in held]
+    assert after_held
+    for before, after, delay in after_held:
+        assert domain(narrowed, after)[0] >= start[before] + delay
+
+
+@settings(max_examples=examples(10, 30), deadline=None)
+@given(problem=small_problems(), objective=st.sampled_from(["makespan", "stage_span"]))
+def test_the_models_precedences_hold_in_every_replay(problem: Problem, objective: str) -> None:
+    """Each precedence the solver's model records (the neighbourhood search narrows domains by them) holds in the
+    simulator's replay of every warm start, and the order the search visits ops in ascends along each of them."""
+    ticked, _, _ = tick_problem(problem)
+    candidates = warm_starts(ticked, objective)
+    model = _Model(ticked, objective, _horizon(ticked, candidates[0].schedule, objective))
+    assert len(model.precedences) >= len(model.tasks) - ticked.num_model_stages
+    base = lns_model(model)
+    for candidate in candidates:
+        timeline = simulate(ticked, candidate.schedule)
+        start = {op: round(begin) for op, begin in zip(timeline.ops, timeline.start)}
+        for before, after, delay in model.precedences:
+            assert start[after] >= start[before] + delay
+        position = {k: i for i, k in enumerate(lns.placed(base, timeline).order)}
+        graph = base.graph
+        for before, after, _ in model.precedences:
+            k, j = graph.number[base.starts[before].index], graph.number[base.starts[after].index]
+            assert position[k] < position[j]
+
+
 @pytest.mark.parametrize("objective", ["makespan", "stage_span"])
 def test_a_held_op_beyond_the_models_horizon_agrees_with_the_definition(objective: str) -> None:
     """A rival warm start may end after the horizon the model was built for (from the best warm start): an op of
@@ -403,7 +507,12 @@ def test_a_held_op_beyond_the_models_horizon_agrees_with_the_definition(objectiv
     base = lns_model(model)
     window = lns.Neighbourhood(makespan - 2, makespan)  # nearly every op is held, many beyond the horizon
     assert any(round(start) > model.horizon for start in timeline.start)
+    # The precedences from the held ops past the horizon show the neighbourhood empty before CP-SAT sees it.
+    assert lns._restrict(base, lns.placed(base, timeline), window, makespan) is None
+    # Without precedences to narrow by, the model is built, and it is infeasible as its definition is.
+    base = dataclasses.replace(base, precedences=(), objective_ends=())
     restricted = lns._restrict(base, lns.placed(base, timeline), window, makespan)
+    assert restricted is not None
     for candidate in (restricted, reference_restriction(base, timeline, window, makespan)):
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1
