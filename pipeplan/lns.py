@@ -192,8 +192,9 @@ def placed(base: LnsModel, timeline: Timeline) -> Placed:
     devices = [sorted(row) for _, row in sorted(rows.items())]
     graph = base.graph
     numbers = [graph.number[index] for index in hint_vars]
-    # In the incumbent every precedence and every device's order runs from an earlier start to a later one, or,
-    # at one start, from an op of no duration, whose end comes first, or between two such ops in rank order.
+    # In the incumbent every precedence runs from an earlier start to a later one, or, at one start, from an op of
+    # no duration, whose end comes first, or between two such ops in rank order; so does every device's order,
+    # but between ops of no duration that start together, which it keeps in the timeline's order.
     keyed = sorted((tick, tick + graph.duration[k], graph.rank[k], k) for k, tick in zip(numbers, hint_values))
     return Placed(index=[[index for *_, index in row] for row in devices],
                   start=[[start for start, *_ in row] for row in devices],
@@ -216,9 +217,10 @@ def _start_bounds(graph: Precedences, incumbent: Placed, window: Neighbourhood,
     k starts at or after the most of its own lo and each of theirs plus the delay, which is what the forward
     pass gives k when it visits those ops first; any order of visits gives valid bounds, and the incumbent's
     (by start, then end, then rank) visits every op after those before it, so one pass gives the tightest bounds
-    these constraints imply. The backward pass is the same argument mirrored, down from hi and the objective's
-    bound. An op whose earliest start is after its latest has no start in any schedule of the neighbourhood,
-    so the neighbourhood holds none."""
+    these constraints imply (but where ops of no duration start together on a device, whose kept order may
+    differ from their rank: valid bounds there, if not always the tightest). The backward pass is the same
+    argument mirrored, down from hi and the objective's bound. An op whose earliest start is after its latest
+    has no start in any schedule of the neighbourhood, so the neighbourhood holds none."""
     earliest, latest, duration = graph.lo[:], graph.hi[:], graph.duration
     for k, deadline in enumerate(graph.deadline):
         if deadline:

@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -689,6 +690,20 @@ class _Model:
         self.model.minimize(obj)
         return obj
 
+    @cached_property
+    def for_lns(self) -> lns.LnsModel:
+        """What the neighbourhood search needs of this model, made once (its precedences are numbered once per
+        solve, not once per search from a different incumbent)."""
+        return lns.LnsModel(
+            model=self.model,
+            starts={op: task.start for op, task in self.tasks.items()},
+            durations={op: task.duration for op, task in self.tasks.items()},
+            objective=self.objective,
+            read_order=lambda solver: _read_order(self, solver, "optimal"),
+            precedences=self.precedences,
+            objective_ends=self.objective_ends,
+        )
+
     def add_lower_bound(self, ticks: float) -> None:
         """A proven lower bound on the objective (ticks), e.g. the window bound: the search need not look below."""
         self.model.add(self.objective >= math.ceil(ticks - _EPS))
@@ -1217,18 +1232,8 @@ def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSe
     or until it reaches ``target`` (a proven bound, in ticks). ``seed_offset`` varies the seed between runs of
     the search within one solve (the random windows, the sub-solves); ``on_improvement`` is given each better
     schedule as it is found."""
-    problem = model.problem
-    base = lns.LnsModel(
-        model=model.model,
-        starts={op: task.start for op, task in model.tasks.items()},
-        durations={op: task.duration for op, task in model.tasks.items()},
-        objective=model.objective,
-        read_order=lambda solver: _read_order(model, solver, "optimal"),
-        precedences=model.precedences,
-        objective_ends=model.objective_ends,
-    )
     return lns.improve(
-        base, problem, incumbent,
+        model.for_lns, model.problem, incumbent,
         value_of=lambda timeline: objective_of(compute_metrics(timeline), settings.objective),
         deadline=deadline, num_workers=int(settings.num_workers), seed=int(settings.random_seed) + 1000 * seed_offset,
         target=target,

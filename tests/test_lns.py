@@ -292,17 +292,6 @@ def test_a_target_a_float_hair_below_the_incumbent_counts_as_met(caplog: pytest.
             assert counts[0] > 0
 
 
-def lns_model(model: _Model) -> lns.LnsModel:
-    """What the neighbourhood search needs of the solver's model (orders are not read back in these tests)."""
-    def no_order(solver: cp_model.CpSolver) -> Schedule:
-        raise AssertionError("not read back here")
-
-    return lns.LnsModel(model=model.model, starts={op: task.start for op, task in model.tasks.items()},
-                        durations={op: task.duration for op, task in model.tasks.items()},
-                        objective=model.objective, read_order=no_order, precedences=model.precedences,
-                        objective_ends=model.objective_ends)
-
-
 def reference_restriction(base: lns.LnsModel, timeline: Any, window: lns.Neighbourhood,
                           bound: int) -> cp_model.CpModel:
     """What a neighbourhood's model means, written with CP-SAT's expression API: ops that end by the window's
@@ -357,7 +346,7 @@ def test_a_neighbourhood_holds_what_it_should_and_nothing_more(problem: Problem,
     ticked, _, _ = tick_problem(problem)
     incumbent = warm_starts(ticked, objective)[0]
     model = _Model(ticked, objective, _horizon(ticked, incumbent.schedule, objective))
-    base = lns_model(model)
+    base = model.for_lns
     timeline = simulate(ticked, incumbent.schedule)
     makespan = int(round(max(timeline.end)))
     value = int(round(objective_of(compute_metrics(timeline), objective)))
@@ -411,7 +400,7 @@ def test_narrowed_start_domains_lose_no_schedule(problem: Problem, begin: float,
     ticked, _, _ = tick_problem(problem)
     incumbent = warm_starts(ticked, objective)[0]
     model = _Model(ticked, objective, _horizon(ticked, incumbent.schedule, objective))
-    base = lns_model(model)
+    base = model.for_lns
     timeline = simulate(ticked, incumbent.schedule)
     makespan = int(round(max(timeline.end)))
     value = int(round(objective_of(compute_metrics(timeline), objective)))
@@ -444,7 +433,7 @@ def test_narrowed_start_domains_follow_the_held_ops_and_the_cap() -> None:
     ticked, _, _ = tick_problem(problem)
     incumbent = warm_starts(ticked, "makespan")[0]
     model = _Model(ticked, "makespan", _horizon(ticked, incumbent.schedule, "makespan"))
-    base = lns_model(model)
+    base = model.for_lns
     timeline = simulate(ticked, incumbent.schedule)
     start = {op: int(round(begin)) for op, begin in zip(timeline.ops, timeline.start)}
     makespan = int(round(max(timeline.end)))
@@ -479,7 +468,7 @@ def test_the_models_precedences_hold_in_every_replay(problem: Problem, objective
     candidates = warm_starts(ticked, objective)
     model = _Model(ticked, objective, _horizon(ticked, candidates[0].schedule, objective))
     assert len(model.precedences) >= len(model.tasks) - ticked.num_model_stages
-    base = lns_model(model)
+    base = model.for_lns
     for candidate in candidates:
         timeline = simulate(ticked, candidate.schedule)
         start = {op: round(begin) for op, begin in zip(timeline.ops, timeline.start)}
@@ -504,7 +493,7 @@ def test_a_held_op_beyond_the_models_horizon_agrees_with_the_definition(objectiv
     timeline = simulate(ticked, slow)
     makespan = int(round(max(timeline.end)))
     model = _Model(ticked, objective, makespan // 2)  # a horizon half the slow schedule's makespan
-    base = lns_model(model)
+    base = model.for_lns
     window = lns.Neighbourhood(makespan - 2, makespan)  # nearly every op is held, many beyond the horizon
     assert any(round(start) > model.horizon for start in timeline.start)
     # The precedences from the held ops past the horizon show the neighbourhood empty before CP-SAT sees it.
