@@ -93,7 +93,8 @@ class LnsModel:
     op's duration in ticks (keyed by op), the objective variable, and how to read an order from a solution.
     Optionally, the precedences the model holds, each as (before, after, ticks: after starts at least that long
     after before starts), and the ops whose end the objective is at least (none when it is no such maximum):
-    from them each neighbourhood's start domains are narrowed before CP-SAT sees it (:func:`_start_bounds`)."""
+    from them each neighbourhood's start domains are narrowed before CP-SAT sees it (:func:`_start_bounds`).
+    The model must not change once the search has read it: :attr:`graph` keeps its start domains as they were."""
 
     model: cp_model.CpModel
     starts: Mapping[Op, cp_model.IntVar]
@@ -104,16 +105,16 @@ class LnsModel:
     objective_ends: Collection[Op] = ()
 
     @cached_property
-    def graph(self) -> Precedences:
+    def graph(self) -> PrecedenceGraph:
         """The precedences by op number, built once."""
-        return Precedences.of(self)
+        return PrecedenceGraph.of(self)
 
 
 @dataclass(frozen=True)
-class Precedences:
+class PrecedenceGraph:
     """An :class:`LnsModel`'s ops numbered 0 .. n-1 and what its precedences say about their starts, by number:
     each op's start variable (its index in the model's proto), duration, start domain in the model ([lo, hi]),
-    rank in a topological order of the precedences, the ops before and after it (each with the least delay
+    rank in a topological order of the precedences, the ops before and after it (each with the delay
     between their starts) and whether the objective is at least its end."""
 
     number: dict[int, int]  # proto index of an op's start variable -> the op's number
@@ -127,7 +128,7 @@ class Precedences:
     deadline: list[bool]
 
     @classmethod
-    def of(cls, base: LnsModel) -> Precedences:
+    def of(cls, base: LnsModel) -> PrecedenceGraph:
         ops = list(base.starts)
         number = {op: k for k, op in enumerate(ops)}
         before: list[list[tuple[int, int]]] = [[] for _ in ops]
@@ -168,7 +169,7 @@ class Placed:
     """The incumbent's timeline in the model's terms, built once per incumbent (:func:`placed`) and read by every
     window: per device, its ops' start variables (indices in the model's proto), starts and ends in ticks, all in
     start order (lists, for bisection); the hint (every op's start variable and start); and every op's number in
-    the model's :class:`Precedences`, in the order :func:`_start_bounds` visits them (by start, end and rank)."""
+    the model's :class:`PrecedenceGraph`, in the order :func:`_start_bounds` visits them (by start, end and rank)."""
 
     index: list[list[int]]
     start: list[list[int]]
@@ -202,7 +203,7 @@ def placed(base: LnsModel, timeline: Timeline) -> Placed:
                   hint_vars=hint_vars, hint_values=hint_values, order=[k for *_, k in keyed])
 
 
-def _start_bounds(graph: Precedences, incumbent: Placed, window: Neighbourhood,
+def _start_bounds(graph: PrecedenceGraph, incumbent: Placed, window: Neighbourhood,
                   bound: int) -> tuple[list[int], list[int]] | None:
     """The earliest and the latest start (ticks) of every op, by number, in the neighbourhood of ``window``
     around ``incumbent`` with the objective at most ``bound``, as far as its precedences show; None when they show
@@ -216,11 +217,13 @@ def _start_bounds(graph: Precedences, incumbent: Placed, window: Neighbourhood,
     at most ``bound`` minus its duration. So if every op before an op k starts at or after its earliest time,
     k starts at or after the most of its own lo and each of theirs plus the delay, which is what the forward
     pass gives k when it visits those ops first; any order of visits gives valid bounds, and the incumbent's
-    (by start, then end, then rank) visits every op after those before it, so one pass gives the tightest bounds
-    these constraints imply (but where ops of no duration start together on a device, whose kept order may
-    differ from their rank: valid bounds there, if not always the tightest). The backward pass is the same
-    argument mirrored, down from hi and the objective's bound. An op whose earliest start is after its latest
-    has no start in any schedule of the neighbourhood, so the neighbourhood holds none."""
+    (by start, then end, then rank) visits every op after those before it when the incumbent keeps every
+    precedence, so one pass gives the tightest bounds these constraints imply (valid bounds, if not always the
+    tightest, where it does not, or where ops of no duration start together on a device, whose kept order may
+    differ from their rank). The backward pass is the same argument mirrored, down from hi and the objective's
+    bound. An op whose earliest start is after its latest, or a held op whose start lies outside its domain or
+    past the objective's cap, has no start in any schedule of the neighbourhood, so the neighbourhood holds
+    none."""
     earliest, latest, duration = graph.lo[:], graph.hi[:], graph.duration
     for k, deadline in enumerate(graph.deadline):
         if deadline:
@@ -232,6 +235,8 @@ def _start_bounds(graph: Precedences, incumbent: Placed, window: Neighbourhood,
     for index, start, end in zip(incumbent.index, incumbent.start, incumbent.end):
         for i in range(bisect.bisect_right(end, window.begin)):
             k = number[index[i]]
+            if not earliest[k] <= start[i] <= latest[k]:  # outside its domain, or past the objective's cap
+                return None
             held[k] = True
             earliest[k] = latest[k] = start[i]
         kept = [number[i] for i in index[bisect.bisect_left(start, window.end):]]
@@ -281,12 +286,11 @@ def _restrict(base: LnsModel, incumbent: Placed, window: Neighbourhood, bound: i
     proto = model.proto
     for index, start, end in zip(incumbent.index, incumbent.start, incumbent.end):
         for i in range(bisect.bisect_right(end, window.begin)):
-            domain = proto.variables[index[i]].domain  # [lo, hi], as the model's start variables are made
-            if len(domain) == 2 and domain[0] <= start[i] <= domain[1]:
-                domain.clear()
-                domain.extend((start[i], start[i]))
-            else:  # outside the domain (a rival warm start's op past the horizon): narrowing would widen it
-                model.add(model.get_int_var_from_proto_index(index[i]) == start[i])
+            # Within the domain [lo, hi] the model gave it (else _start_bounds returned None: a rival warm start's
+            # op past the horizon), so this narrows it.
+            domain = proto.variables[index[i]].domain
+            domain.clear()
+            domain.extend((start[i], start[i]))
         for i in range(bisect.bisect_left(start, window.end), len(index) - 1):
             row = proto.constraints.add().linear
             row.vars.extend((index[i + 1], index[i]))
@@ -297,7 +301,7 @@ def _restrict(base: LnsModel, incumbent: Placed, window: Neighbourhood, bound: i
         lo, hi = graph.lo[k], graph.hi[k]
         if lo <= earliest[k] <= latest[k] <= hi and (earliest[k], latest[k]) != (lo, hi):
             domain = proto.variables[variable].domain
-            if len(domain) == 2 and tuple(domain) == (lo, hi):  # not held, whose domain is narrowed above
+            if tuple(domain) == (lo, hi):  # not a held op, whose domain is one value now
                 domain.clear()
                 domain.extend((earliest[k], latest[k]))
     model.clear_hints()  # type: ignore[no-untyped-call]

@@ -331,6 +331,23 @@ def fixed_to(model: cp_model.CpModel, base: lns.LnsModel, starts: dict[Any, int]
     return solver.solve(fixed) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
+def neighbourhood_case(problem: Problem, objective: str, free_forward: bool, begin: float,
+                       width: float) -> tuple[lns.LnsModel, Any, int, lns.Neighbourhood]:
+    """The solver's model of ``problem`` as the neighbourhood search sees it, the best warm start's replay (ticks),
+    its objective and a window from ``begin`` (a fraction of its makespan) ``width`` wide; with ``free_forward``
+    the first stage's forward takes no time (ops that start together on a device)."""
+    if free_forward:
+        problem = dataclasses.replace(problem, forward=(0.0, *problem.forward[1:]))
+    ticked, _, _ = tick_problem(problem)
+    incumbent = warm_starts(ticked, objective)[0]
+    model = _Model(ticked, objective, _horizon(ticked, incumbent.schedule, objective))
+    timeline = simulate(ticked, incumbent.schedule)
+    makespan = int(round(max(timeline.end)))
+    value = int(round(objective_of(compute_metrics(timeline), objective)))
+    window = lns.Neighbourhood(int(begin * makespan), int(begin * makespan) + max(1, int(width * makespan)))
+    return model.for_lns, timeline, value, window
+
+
 @settings(max_examples=examples(10, 30), deadline=None)
 @given(problem=small_problems(), begin=st.floats(0.0, 1.0), width=st.floats(0.05, 0.5),
        objective=st.sampled_from(["makespan", "stage_span"]), free_forward=st.booleans())
@@ -341,16 +358,7 @@ def test_a_neighbourhood_holds_what_it_should_and_nothing_more(problem: Problem,
     the ops before the window and keeps the order of those after it, and where both prove an optimum it is the
     same. Unequal costs, 1 or 2 chunks, both objectives, and a first stage whose forward takes no time (ops that
     start together on a device). (Solutions sampled, not a proof of equal sets.)"""
-    if free_forward:
-        problem = dataclasses.replace(problem, forward=(0.0, *problem.forward[1:]))
-    ticked, _, _ = tick_problem(problem)
-    incumbent = warm_starts(ticked, objective)[0]
-    model = _Model(ticked, objective, _horizon(ticked, incumbent.schedule, objective))
-    base = model.for_lns
-    timeline = simulate(ticked, incumbent.schedule)
-    makespan = int(round(max(timeline.end)))
-    value = int(round(objective_of(compute_metrics(timeline), objective)))
-    window = lns.Neighbourhood(int(begin * makespan), int(begin * makespan) + max(1, int(width * makespan)))
+    base, timeline, value, window = neighbourhood_case(problem, objective, free_forward, begin, width)
     models = (lns._restrict(base, lns.placed(base, timeline), window, value),
               reference_restriction(base, timeline, window, value))
     held = {op: int(round(start)) for op, start in zip(timeline.ops, timeline.start)}
@@ -395,17 +403,8 @@ def test_narrowed_start_domains_lose_no_schedule(problem: Problem, begin: float,
     neighbourhood empty, CP-SAT proves the definition infeasible; otherwise each solution CP-SAT finds of either
     solves the other, and where one is proven infeasible so is the other. Unequal costs, 1 or 2 chunks, both
     objectives, ops of no duration."""
-    if free_forward:
-        problem = dataclasses.replace(problem, forward=(0.0, *problem.forward[1:]))
-    ticked, _, _ = tick_problem(problem)
-    incumbent = warm_starts(ticked, objective)[0]
-    model = _Model(ticked, objective, _horizon(ticked, incumbent.schedule, objective))
-    base = model.for_lns
-    timeline = simulate(ticked, incumbent.schedule)
-    makespan = int(round(max(timeline.end)))
-    value = int(round(objective_of(compute_metrics(timeline), objective)))
+    base, timeline, value, window = neighbourhood_case(problem, objective, free_forward, begin, width)
     bound = value - 1 - int(cut * value)
-    window = lns.Neighbourhood(int(begin * makespan), int(begin * makespan) + max(1, int(width * makespan)))
     narrowed = lns._restrict(base, lns.placed(base, timeline), window, bound)
     definition = reference_restriction(base, timeline, window, bound)
     status, solver = solved(definition)
@@ -415,9 +414,12 @@ def test_narrowed_start_domains_lose_no_schedule(problem: Problem, begin: float,
         return
     other_status, other = solved(narrowed)
     event(f"built; definition {solver.status_name(status)}")
+    assert cp_model.MODEL_INVALID not in (status, other_status)
     decided = {cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.INFEASIBLE}
     if status in decided and other_status in decided:
         assert (status == cp_model.INFEASIBLE) == (other_status == cp_model.INFEASIBLE)
+    if status == other_status == cp_model.OPTIMAL:
+        assert solver.objective_value == other.objective_value
     for found, result, into in ((status, solver, narrowed), (other_status, other, definition)):
         if found in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             assert fixed_to(into, base, {op: result.value(base.starts[op]) for op in timeline.ops})
@@ -460,14 +462,29 @@ def test_narrowed_start_domains_follow_the_held_ops_and_the_cap() -> None:
 
 
 @settings(max_examples=examples(10, 30), deadline=None)
-@given(problem=small_problems(), objective=st.sampled_from(["makespan", "stage_span"]))
-def test_the_models_precedences_hold_in_every_replay(problem: Problem, objective: str) -> None:
-    """Each precedence the solver's model records (the neighbourhood search narrows domains by them) holds in the
-    simulator's replay of every warm start, and the order the search visits ops in ascends along each of them."""
+@given(problem=small_problems(), objective=st.sampled_from(["makespan", "stage_span"]), free_forward=st.booleans())
+def test_the_models_precedences_hold_in_every_replay(problem: Problem, objective: str, free_forward: bool) -> None:
+    """Each precedence the solver's model records (the neighbourhood search narrows domains by them) is a linear
+    row of the model, one for each dependency and each pair of microbatches next to each other of one kind on one
+    stage; it holds in the simulator's replay of every warm start, and the order the search visits ops in ascends
+    along each of them (also where ops of no duration start together)."""
+    if free_forward:
+        problem = dataclasses.replace(problem, forward=(0.0, *problem.forward[1:]))
     ticked, _, _ = tick_problem(problem)
     candidates = warm_starts(ticked, objective)
     model = _Model(ticked, objective, _horizon(ticked, candidates[0].schedule, objective))
-    assert len(model.precedences) >= len(model.tasks) - ticked.num_model_stages
+    dependencies = sum(len(ticked.dependencies(op)) for op in model.tasks)
+    symmetry = ticked.num_model_stages * len(ticked.kinds) * (ticked.num_microbatches - 1)
+    assert len(model.precedences) == dependencies + symmetry
+    rows = set()
+    for constraint in model.model.proto.constraints:
+        linear = constraint.linear
+        if len(linear.vars) == 2 and sorted(linear.coeffs) == [-1, 1] and len(linear.domain) == 2:
+            first, second = linear.vars
+            after, before = (first, second) if linear.coeffs[0] == 1 else (second, first)
+            rows.add((before, after, linear.domain[0]))
+    for before, after, delay in model.precedences:
+        assert (model.tasks[before].start.index, model.tasks[after].start.index, delay) in rows
     base = model.for_lns
     for candidate in candidates:
         timeline = simulate(ticked, candidate.schedule)
@@ -484,8 +501,8 @@ def test_the_models_precedences_hold_in_every_replay(problem: Problem, objective
 @pytest.mark.parametrize("objective", ["makespan", "stage_span"])
 def test_a_held_op_beyond_the_models_horizon_agrees_with_the_definition(objective: str) -> None:
     """A rival warm start may end after the horizon the model was built for (from the best warm start): an op of
-    it held before a late window lies outside its start's domain (held by an equality then, not a narrowed
-    domain): both it and its definition are infeasible, and the variable's domain is the model's."""
+    it held before a late window lies outside its start's domain, so the neighbourhood is shown empty without
+    CP-SAT (with or without precedences to narrow by), and CP-SAT proves its definition infeasible."""
     problem = Problem.build(3, 6, forward=[1.0, 1.5, 1.0], backward=[1.5, 1.0, 2.0], backward_weight=0.5,
                             comm=0.25, weight_activation=0.5, budget=2)
     ticked, _, _ = tick_problem(problem)
@@ -495,21 +512,11 @@ def test_a_held_op_beyond_the_models_horizon_agrees_with_the_definition(objectiv
     model = _Model(ticked, objective, makespan // 2)  # a horizon half the slow schedule's makespan
     base = model.for_lns
     window = lns.Neighbourhood(makespan - 2, makespan)  # nearly every op is held, many beyond the horizon
-    assert any(round(start) > model.horizon for start in timeline.start)
-    # The precedences from the held ops past the horizon show the neighbourhood empty before CP-SAT sees it.
-    assert lns._restrict(base, lns.placed(base, timeline), window, makespan) is None
-    # Without precedences to narrow by, the model is built, and it is infeasible as its definition is.
-    base = dataclasses.replace(base, precedences=(), objective_ends=())
-    restricted = lns._restrict(base, lns.placed(base, timeline), window, makespan)
-    assert restricted is not None
-    for candidate in (restricted, reference_restriction(base, timeline, window, makespan)):
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        assert solver.solve(candidate) == cp_model.INFEASIBLE
-    # The held ops past the horizon keep their variables' domains (held by an equality, not a widened domain).
     beyond = [op for op, start in zip(timeline.ops, timeline.start)
               if start + base.durations[op] <= window.begin and start > model.horizon]
     assert beyond
-    for op in beyond:
-        index = base.starts[op].index
-        assert list(restricted.proto.variables[index].domain) == list(model.model.proto.variables[index].domain)
+    for narrowing in (base, dataclasses.replace(base, precedences=(), objective_ends=())):
+        assert lns._restrict(narrowing, lns.placed(narrowing, timeline), window, makespan) is None
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    assert solver.solve(reference_restriction(base, timeline, window, makespan)) == cp_model.INFEASIBLE
