@@ -8,7 +8,9 @@ rearrange thousands of ops at once. This search instead repeats a small move:
 2. pick a window of time; ops that end before it keep their start times, ops that start after it keep their
    order on their device (they may move earlier), ops inside it are free;
 3. ask CP-SAT, from the incumbent as a hint, for a schedule better than the incumbent within a short limit
-   (without its linear relaxation, which costs more than it gives here: :func:`_without_linear_relaxation`);
+   (without its linear relaxation, which costs more than it gives here: :func:`_without_linear_relaxation`;
+   each op's start domain first narrowed to what the model's precedences imply, and a window those show to
+   hold nothing better skipped without CP-SAT: :func:`_start_bounds`);
 4. replay the order it finds (the simulator decides every value) and keep it when it is better.
 
 First come tail windows (the last 20 %, 25 %, 30 % and 35 % of the incumbent as it is then: every op that
