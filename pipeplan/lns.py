@@ -117,7 +117,7 @@ class PrecedenceGraph:
     """An :class:`LnsModel`'s ops numbered 0 .. n-1 and what its precedences say about their starts, by number:
     each op's start variable (its index in the model's proto), duration, start domain in the model ([lo, hi]),
     rank in a topological order of the precedences, the ops before and after it (each with the delay
-    between their starts) and whether the objective is at least its end."""
+    between their starts); and the ops whose end the objective is at least."""
 
     number: dict[int, int]  # proto index of an op's start variable -> the op's number
     index: list[int]  # each op's start variable's proto index, by number
@@ -127,7 +127,7 @@ class PrecedenceGraph:
     rank: list[int]
     before: list[list[tuple[int, int]]]
     after: list[list[tuple[int, int]]]
-    deadline: list[bool]
+    deadlines: list[int]
 
     @classmethod
     def of(cls, base: LnsModel) -> PrecedenceGraph:
@@ -146,13 +146,12 @@ class PrecedenceGraph:
         for position, k in enumerate(_drain(ready, after, waiting)):
             rank[k] = position
         domains = [base.model.proto.variables[base.starts[op].index].domain for op in ops]
-        deadline = set(base.objective_ends)
         return cls(number={base.starts[op].index: k for op, k in number.items()},
                    index=[base.starts[op].index for op in ops],
                    duration=[base.durations[op] for op in ops],
                    lo=[domain[0] for domain in domains], hi=[domain[len(domain) - 1] for domain in domains],
                    rank=rank, before=before, after=after,
-                   deadline=[op in deadline for op in ops])
+                   deadlines=[number[op] for op in base.objective_ends])
 
 
 def _drain(ready: list[int], after: list[list[tuple[int, int]]], waiting: list[int]) -> Iterator[int]:
@@ -170,10 +169,12 @@ def _drain(ready: list[int], after: list[list[tuple[int, int]]], waiting: list[i
 class Placed:
     """The incumbent's timeline in the model's terms, built once per incumbent (:func:`placed`) and read by every
     window: per device, its ops' start variables (indices in the model's proto), starts and ends in ticks, all in
-    start order (lists, for bisection); the hint (every op's start variable and start); and every op's number in
-    the model's :class:`PrecedenceGraph`, in the order :func:`_start_bounds` visits them (by start, end and rank)."""
+    start order (lists, for bisection), and their numbers in the model's :class:`PrecedenceGraph`; the hint (every
+    op's start variable and start); and every op's number in the order :func:`_start_bounds` visits them (by
+    start, end and rank)."""
 
     index: list[list[int]]
+    number: list[list[int]]
     start: list[list[int]]
     end: list[list[int]]
     hint_vars: list[int]
@@ -184,24 +185,27 @@ class Placed:
 def placed(base: LnsModel, timeline: Timeline) -> Placed:
     """``timeline`` (a replay of the ticked problem) as :class:`Placed` for ``base``'s model. Ops on a device do
     not overlap, so in start order their ends ascend too."""
-    rows: dict[int, list[tuple[int, int, int, int]]] = {}  # device -> (start, position, duration, proto index)
-    hint_vars, hint_values = [], []
+    graph = base.graph
+    # device -> (start, position, duration, proto index, number)
+    rows: dict[int, list[tuple[int, int, int, int, int]]] = {}
+    hint_vars, hint_values, numbers = [], [], []
     for position, (op, device, start) in enumerate(zip(timeline.ops, timeline.device, timeline.start)):
         index, tick = base.starts[op].index, int(round(start))
-        rows.setdefault(device, []).append((tick, position, base.durations[op], index))
+        number = graph.number[index]
+        rows.setdefault(device, []).append((tick, position, base.durations[op], index, number))
         hint_vars.append(index)
         hint_values.append(tick)
+        numbers.append(number)
     # Start ties (ops of no duration) keep the timeline's order, as a stable sort by start would.
     devices = [sorted(row) for _, row in sorted(rows.items())]
-    graph = base.graph
-    numbers = [graph.number[index] for index in hint_vars]
     # In the incumbent every precedence runs from an earlier start to a later one, or, at one start, from an op of
     # no duration, whose end comes first, or between two such ops in rank order; so does every device's order,
     # but between ops of no duration that start together, which it keeps in the timeline's order.
     keyed = sorted((tick, tick + graph.duration[k], graph.rank[k], k) for k, tick in zip(numbers, hint_values))
-    return Placed(index=[[index for *_, index in row] for row in devices],
+    return Placed(index=[[index for *_, index, _ in row] for row in devices],
+                  number=[[k for *_, k in row] for row in devices],
                   start=[[start for start, *_ in row] for row in devices],
-                  end=[[start + duration for start, _, duration, _ in row] for row in devices],
+                  end=[[start + duration for start, _, duration, *_ in row] for row in devices],
                   hint_vars=hint_vars, hint_values=hint_values, order=[k for *_, k in keyed])
 
 
@@ -227,21 +231,19 @@ def _start_bounds(graph: PrecedenceGraph, incumbent: Placed, window: Neighbourho
     past the objective's cap, has no start in any schedule of the neighbourhood, so the neighbourhood holds
     none."""
     earliest, latest, duration = graph.lo[:], graph.hi[:], graph.duration
-    for k, deadline in enumerate(graph.deadline):
-        if deadline:
-            latest[k] = min(latest[k], bound - duration[k])
+    for k in graph.deadlines:
+        latest[k] = min(latest[k], bound - duration[k])
     held = [False] * len(earliest)
     previous = [-1] * len(earliest)  # the op before, on its device, of an op whose order is kept
     following = [-1] * len(earliest)
-    number = graph.number
-    for index, start, end in zip(incumbent.index, incumbent.start, incumbent.end):
+    for numbers, start, end in zip(incumbent.number, incumbent.start, incumbent.end):
         for i in range(bisect.bisect_right(end, window.begin)):
-            k = number[index[i]]
+            k = numbers[i]
             if not earliest[k] <= start[i] <= latest[k]:  # outside its domain, or past the objective's cap
                 return None
             held[k] = True
             earliest[k] = latest[k] = start[i]
-        kept = [number[i] for i in index[bisect.bisect_left(start, window.end):]]
+        kept = numbers[bisect.bisect_left(start, window.end):]
         for first, second in zip(kept, kept[1:]):
             following[first], previous[second] = second, first
     for k in incumbent.order:
