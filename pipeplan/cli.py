@@ -45,7 +45,7 @@ from pipeplan.report.files import (
 )
 from pipeplan.schedules import generate, group_reasons, names
 from pipeplan.simulate import simulate
-from pipeplan.solver import Progress, SolveResult, StopRequest
+from pipeplan.solver import STALLED, Progress, SolveResult, StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -435,7 +435,13 @@ def optimizer_notes(result: SolveResult) -> list[str]:
     """What a user should know about an optimizer answer beyond its numbers: why the search did not run or found
     nothing, and why a tiny gap is not a proof."""
     notes = []
-    if result.search.startswith(("skipped", "stopped")) or result.search == "UNKNOWN":
+    status, _, ended = result.search.partition("; ")
+    if ended.startswith(STALLED):  # the whole-model search stalled and gave its time to what follows it
+        found = ("the answer is the neighbourhood search's" if result.source == "lns" else
+                 "the answer is CP-SAT's" if result.source == "cp-sat" else
+                 f"the answer is the best warm start ({result.source})")
+        notes.append(f"search: the whole-model search ({status}) {ended}; {found}")
+    elif result.search.startswith(("skipped", "stopped")) or result.search == "UNKNOWN":
         if result.search != "UNKNOWN":
             what = result.search
         elif result.interrupted:

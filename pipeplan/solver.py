@@ -285,9 +285,10 @@ class SolveResult:
     """Objective of every feasible warm start, keyed by its name."""
     search: str = ""
     """What the CP-SAT search did: its status name (OPTIMAL, FEASIBLE, UNKNOWN: stopped before it found a
-    schedule), or why it did not run (the warm start met the bound, the problem is too large for the model or
-    large enough that its time goes to the bounds and the neighbourhood search instead, the time limit was spent
-    on the warm starts, or a stop was requested)."""
+    schedule), followed by why it ended early when it stalled (:func:`stalled_search`), or why it did not run (the
+    warm start met the bound, the problem is too large for the model or large enough that its time goes to the
+    bounds and the neighbourhood search instead, the time limit was spent on the warm starts, or a stop was
+    requested)."""
     interrupted: bool = False
     """True when a stop request (e.g. Ctrl-C) ended the search early: the answer is the best found so far."""
     exact_ticks: bool = True
@@ -770,6 +771,18 @@ def _stalled(began: float, last: float, now: float, best: float, bound: float) -
             and now - last > max(STALL_MIN_S, last - began))
 
 
+# How the search field of an answer tells that the whole-model search ended by the stall rule (after its status).
+STALLED = "ended after"
+
+
+def stalled_search(status: str, seconds: float) -> str:
+    """The search field of an answer whose whole-model search ended by the stall rule after ``seconds``, with
+    CP-SAT's status name ``status``: e.g. "FEASIBLE; ended after 14.2 s without a better order or bound for as long
+    as it had run; its time went to the bounds and the neighbourhood search"."""
+    return (f"{status}; {STALLED} {seconds:.1f} s without a better order or bound for as long as it had run; its "
+            "time went to the bounds and the neighbourhood search")
+
+
 def _read_order(model: _Model, solver: cp_model.CpSolver, name: str) -> Schedule:
     """Per-device orders from the solution: by start, then end (zero-length ops), then dependency order."""
     problem = model.problem
@@ -911,7 +924,7 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
     model.add_lower_bound(bound_ticks)
     chosen, source, value, raw = best.schedule, best.schedule.name, best.objective, None
     if _is_large(len(model.tasks)):  # no whole-model search: see LARGE_MODEL_OPS (each neighbourhood brings its hint)
-        status = cp_model.UNKNOWN
+        status, stalled = cp_model.UNKNOWN, False
         name = (f"skipped: {len(model.tasks):,} ops are more than the {LARGE_MODEL_OPS:,} up to which the whole-model "
                 "search pays; its time went to the bounds and the neighbourhood search")
         log.info("no whole-model search: %s", name)
@@ -972,6 +985,8 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
                                             time_scale, report=better)
         if found is not chosen:  # _search_around returns a schedule other than its incumbent only when better
             chosen, source, value, raw = found, "lns", found_value, None
+    if stalled:
+        name = stalled_search(name, solver.wall_time)
     return answer.result(chosen, source, bound(), search=name, stop=stop, raw=raw)
 
 

@@ -559,6 +559,7 @@ def test_optimizer_notes_say_where_the_answer_came_from_when_the_whole_model_sea
 
     from pipeplan import load_config, solve
     from pipeplan.cli import optimizer_notes
+    from pipeplan.solver import stalled_search
 
     result = solve(load_config(SEED).problem, time_limit_s=5, num_workers=2)
     improved = dataclasses.replace(result, search="UNKNOWN", source="lns")
@@ -573,6 +574,12 @@ def test_optimizer_notes_say_where_the_answer_came_from_when_the_whole_model_sea
         "search: the whole-model search was stopped before it found a schedule; the answer is the best warm start "
         "(zb-h1)"]
     assert not [note for note in optimizer_notes(result) if note.startswith("search:")]  # "not needed: ..."
+    for source, found in [("lns", "the answer is the neighbourhood search's"), ("cp-sat", "the answer is CP-SAT's"),
+                          ("zb-h1", "the answer is the best warm start (zb-h1)")]:
+        stalled = dataclasses.replace(result, search=stalled_search("FEASIBLE", 14.25), source=source)
+        assert [note for note in optimizer_notes(stalled) if note.startswith("search:")] == [
+            "search: the whole-model search (FEASIBLE) ended after 14.2 s without a better order or bound for as "
+            f"long as it had run; its time went to the bounds and the neighbourhood search; {found}"]
 
 
 def test_report_and_export_name_the_command_that_wrote_a_folder(

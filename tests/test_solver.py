@@ -694,9 +694,12 @@ def test_a_stalled_whole_model_search_ends_and_the_answer_stays_valid(
     with caplog.at_level("INFO", logger="pipeplan.solver"):
         result = solve(problem, objective="makespan", time_limit_s=6, num_workers=2)
     check_result(problem, result, "makespan")
-    ended = re.search(r"CP-SAT status \w+ in ([\d.]+) s \(ended: no better order or bound", caplog.text)
+    ended = re.search(r"CP-SAT status (\w+) in ([\d.]+) s \(ended: no better order or bound", caplog.text)
     assert ended is not None, caplog.text
-    assert float(ended.group(1)) < 3.0  # stopped, not run to its deadline
+    assert float(ended.group(2)) < 3.0  # stopped, not run to its deadline
+    # The answer's search field says so too, with the seconds it ran (to 0.1 s, as the log's to 0.01 s).
+    assert result.search == solver_module.stalled_search(ended.group(1), float(ended.group(2)))
+    assert ended.group(1) == "FEASIBLE"
 
 
 def test_a_large_model_gets_no_whole_model_search_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
