@@ -289,25 +289,19 @@ def _restrict(base: LnsModel, incumbent: Placed, window: Neighbourhood, bound: i
     model = base.model.clone()
     proto = model.proto
     for index, start, end in zip(incumbent.index, incumbent.start, incumbent.end):
-        for i in range(bisect.bisect_right(end, window.begin)):
-            # Within the domain [lo, hi] the model gave it (else _start_bounds returned None: a rival warm start's
-            # op past the horizon), so this narrows it.
-            domain = proto.variables[index[i]].domain
-            domain.clear()
-            domain.extend((start[i], start[i]))
         for i in range(bisect.bisect_left(start, window.end), len(index) - 1):
             row = proto.constraints.add().linear
             row.vars.extend((index[i + 1], index[i]))
             row.coeffs.extend((1, -1))
             row.domain.extend((end[i] - start[i], cp_model.INT_MAX))  # its duration
+    # Within each op's domain [lo, hi] (_start_bounds only raises lo and lowers hi, and returns None where they
+    # cross or a held op lies outside it); a held op's bounds are its start, which holds it there.
     earliest, latest = bounds
     for k, variable in enumerate(graph.index):
-        lo, hi = graph.lo[k], graph.hi[k]
-        if lo <= earliest[k] <= latest[k] <= hi and (earliest[k], latest[k]) != (lo, hi):
+        if (earliest[k], latest[k]) != (graph.lo[k], graph.hi[k]):
             domain = proto.variables[variable].domain
-            if tuple(domain) == (lo, hi):  # not a held op, whose domain is one value now
-                domain.clear()
-                domain.extend((earliest[k], latest[k]))
+            domain.clear()
+            domain.extend((earliest[k], latest[k]))
     model.clear_hints()  # type: ignore[no-untyped-call]
     proto.solution_hint.vars.extend(incumbent.hint_vars)
     proto.solution_hint.values.extend(incumbent.hint_values)

@@ -924,7 +924,7 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
     model.add_lower_bound(bound_ticks)
     chosen, source, value, raw = best.schedule, best.schedule.name, best.objective, None
     if _is_large(len(model.tasks)):  # no whole-model search: see LARGE_MODEL_OPS (each neighbourhood brings its hint)
-        status, stalled = cp_model.UNKNOWN, False
+        status = cp_model.UNKNOWN
         name = (f"skipped: {len(model.tasks):,} ops are more than the {LARGE_MODEL_OPS:,} up to which the whole-model "
                 "search pays; its time went to the bounds and the neighbourhood search")
         log.info("no whole-model search: %s", name)
@@ -945,6 +945,8 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
         log.info("CP-SAT status %s in %.2f s%s", name, solver.wall_time,
                  f" (ended: no better order or bound for as long as it had run, more than {STALL_GAP:.0%} apart, "
                  "see STALL_MIN_S)" if stalled else "")
+        if stalled:
+            name = stalled_search(name, solver.wall_time)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.UNKNOWN):
             # The model is a relaxation that the best warm start satisfies within the horizon: INFEASIBLE or
             # MODEL_INVALID here is a bug, never an answer to pass off as a result.
@@ -985,8 +987,6 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
                                             time_scale, report=better)
         if found is not chosen:  # _search_around returns a schedule other than its incumbent only when better
             chosen, source, value, raw = found, "lns", found_value, None
-    if stalled:
-        name = stalled_search(name, solver.wall_time)
     return answer.result(chosen, source, bound(), search=name, stop=stop, raw=raw)
 
 
