@@ -14,14 +14,14 @@ rearrange thousands of ops at once. This search instead repeats a small move:
 4. replay the order it finds (the simulator decides every value) and keep it when it is better.
 
 First come tail windows (the last 20 %, 25 %, 30 % and 35 % of the incumbent as it is then: every op that
-does not end before the window starts is free), each with several seconds: the drain is where a makespan is
-decided, and a move there often needs a window wider than a 1 s sub-solve can search (on P=16, N=32, two chunks
-in loop placement, 16 activations, a window over the last quarter of interleaved zero bubble, given 13 s, holds
-a schedule 1.3 % faster, where every window of 10 % and 5 % holds none; which width holds a move differs from
-row to row, so the tails widen in steps). Then windows slide from the end of the schedule to its start, then
-shrink and widen, 1 s each. Every neighbourhood holds the incumbent, so the schedule
-kept is always valid; a sub-solve asks for a strictly better one and may find none. A proven bound never comes
-from here (a neighbourhood is a restriction, not a relaxation).
+does not end before the window starts is free), each running for as long as it keeps finding better schedules:
+the drain is where a makespan is decided, and a move there often needs a window wider than a 1 s sub-solve can
+search (on P=16, N=32, two chunks in loop placement, 16 activations, a window over the last quarter of
+interleaved zero bubble, given 13 s, holds a schedule 1.3 % faster, where every window of 10 % and 5 % holds
+none; which width holds a move differs from row to row, so the tails widen in steps). Then windows slide from
+the end of the schedule to its start, then shrink and widen, 1 s each. Every neighbourhood holds the incumbent,
+so the schedule kept is always valid; a sub-solve asks for a strictly better one and may find none. A proven
+bound never comes from here (a neighbourhood is a restriction, not a relaxation).
 """
 
 from __future__ import annotations
@@ -51,18 +51,69 @@ REPLAY_MARGIN_S = 0.3
 # Window widths tried, as fractions of the incumbent's makespan, in turn.
 WIDTHS = (0.1, 0.05, 0.2)
 # Tail windows tried first, as fractions of the incumbent's makespan: everything after the window's start is
-# free (the drain, where a makespan is decided); each gets up to TAIL_S seconds, at most TAIL_SHARE of the time
-# left, since a window this wide is rarely solved in a second. Widening in steps of 5 %: on the memory wall the
-# width that holds a move differs between rows (P=16, N=32, two chunks in loop placement: 25 % at 16
-# activations, where 20 % is proven to hold none; 35 % at 11, where 25 % holds none).
+# free (the drain, where a makespan is decided). Widening in steps of 5 %: on the memory wall the width that holds
+# a move differs between rows (P=16, N=32, two chunks in loop placement: 25 % at 16 activations, where 20 % is
+# proven to hold none; 35 % at 11, where 25 % holds none).
 TAIL_WIDTHS = (0.2, 0.25, 0.3, 0.35)
-TAIL_S = 8.0
-TAIL_SHARE = 0.35
-# The tail windows' seconds on large models (the solver decides which are large): a tail of a model of 12,000 ops
+# A tail window runs while it improves (tail_done): at least TAIL_S seconds, then until it has gone TAIL_QUIET_S,
+# or TAIL_QUIET_SHARE of the time it took to its last better schedule when that is longer, without a better one;
+# at most TAIL_SHARE of the time left. A tail finds its moves in a stream: on P=16, N=32, loop, budget 11 the
+# first tail, given 15 s, found 36 better schedules, one every 0.15 to 0.2 s, and was still improving when its
+# time ran out, while the wider tails found none. Against a fixed 8 s (at most 35 % of the time left), in
+# whole 60 s solves of the memory wall's 12 rows that miss their goal, it was better on six (P=16, N=32, V,
+# budget 11: 102.87 against 103.09), worse on two and the same on four (docs/memory-wall-log.md).
+TAIL_S = 3.0
+TAIL_QUIET_S = 2.0
+TAIL_QUIET_SHARE = 0.3
+TAIL_SHARE = 0.6
+# The least seconds of a tail window on models of more than LARGE_TAIL_OPS ops: a tail of a model of 12,000 ops
 # holds moves that take longer to find. On P=32, N=64, two chunks in loop placement, budget 32, from interleaved
 # zero bubble (187.93), the tail of 25 % has a better schedule, which CP-SAT's first solution shows after 8.5 s
-# (187.90; 187.71 after 16 s); given 8 s it finds none.
+# (187.90; 187.71 after 16 s); given 8 s it finds none. The memory wall's rows of 6,144 ops (P=16, N=64, two
+# chunks) did as well or better with TAIL_S in the runs above.
 LARGE_TAIL_S = 15.0
+LARGE_TAIL_OPS = 10_000
+
+
+def tail_seconds(num_ops: int) -> float:
+    """The least seconds a tail window runs on a model of ``num_ops`` ops: :data:`LARGE_TAIL_S` above
+    :data:`LARGE_TAIL_OPS`, else :data:`TAIL_S`."""
+    return LARGE_TAIL_S if num_ops > LARGE_TAIL_OPS else TAIL_S
+
+
+def tail_done(elapsed: float, found_at: float, least: float) -> bool:
+    """Whether a tail window's sub-solve that has run ``elapsed`` seconds, and found its last better schedule
+    ``found_at`` seconds in (0 when none yet), should end: once it has run ``least`` seconds and gone
+    :data:`TAIL_QUIET_S`, or :data:`TAIL_QUIET_SHARE` of ``found_at`` when that is longer, without a better one."""
+    return elapsed > least and elapsed - found_at > max(TAIL_QUIET_S, TAIL_QUIET_SHARE * found_at)
+
+
+class _TailWatch(cp_model.CpSolverSolutionCallback):
+    """Watches a tail window's sub-solve: when it began and when it found its last solution (time.monotonic();
+    when it began, while it has found none; each solution CP-SAT reports is better than the one before, as the
+    sub-model minimizes the objective)."""
+
+    def __init__(self, should_stop: Callable[[], bool], least: float) -> None:
+        super().__init__()
+        self.should_stop = should_stop
+        self.least = least
+        self.began = self.last = time.monotonic()
+        # Seconds into the sub-solve when the rule ended it, and to its last better schedule then (a solution
+        # may still come while CP-SAT stops); None while it has not.
+        self.quiet: tuple[float, float] | None = None
+
+    def on_solution_callback(self) -> None:
+        self.last = time.monotonic()
+
+    def stop(self) -> bool:
+        """Whether the sub-solve should end now: the caller asks so, or :func:`tail_done`."""
+        if self.should_stop():
+            return True
+        if self.quiet is None:
+            elapsed, found_at = time.monotonic() - self.began, self.last - self.began
+            if tail_done(elapsed, found_at, self.least):
+                self.quiet = (elapsed, found_at)
+        return self.quiet is not None
 
 
 @dataclass(frozen=True)
@@ -342,9 +393,9 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
     proves: :func:`pipeplan.cpsat.whole_ticks`, since values are whole ticks).
 
     ``problem`` is the ticked problem the model was built from; ``value_of`` gives a replayed timeline's
-    objective in ticks; ``on_improvement`` is given each better schedule as it is found; ``tail_s`` is the most
-    seconds each tail window may take (:data:`TAIL_S`, or :data:`LARGE_TAIL_S` on large models). Returns
-    ``incumbent`` itself when no move improved it.
+    objective in ticks; ``on_improvement`` is given each better schedule as it is found; ``tail_s`` is the
+    least seconds each tail window runs (:func:`tail_seconds`; it then runs while it improves, :func:`tail_done`).
+    Returns ``incumbent`` itself when no move improved it.
     """
     best = incumbent
     timeline = simulate(problem, best)
@@ -352,19 +403,18 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
     held = placed(base, timeline)
     tried = improved = empty = 0
 
-    def neighbourhoods() -> Iterator[tuple[Neighbourhood, float, float]]:
-        """Each window with the most seconds it may take and the most of the time left: the tails, then the
-        sliding windows. Lazy, so each is cut from the incumbent as it is when its turn comes (a tail may have
-        shortened it)."""
+    def neighbourhoods() -> Iterator[tuple[Neighbourhood, bool]]:
+        """Each window and whether it is a tail: the tails, then the sliding windows. Lazy, so each is cut from
+        the incumbent as it is when its turn comes (a tail may have shortened it)."""
         def end() -> int:
             return int(round(max(timeline.end)))
 
         for width in TAIL_WIDTHS:
-            yield Neighbourhood(int(end() * (1 - width)), end()), tail_s, TAIL_SHARE
+            yield Neighbourhood(int(end() * (1 - width)), end()), True
         for window in windows(end(), seed):
-            yield window, SUB_SOLVE_S, 1.0
+            yield window, False
 
-    for window, seconds, share in neighbourhoods():
+    for window, tail in neighbourhoods():
         left = deadline - time.monotonic() - REPLAY_MARGIN_S
         if left < 0.1 or value <= cpsat.whole_ticks(target) or should_stop():
             break
@@ -374,12 +424,16 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
             empty += 1
             continue
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = min(seconds, share * left)
+        solver.parameters.max_time_in_seconds = TAIL_SHARE * left if tail else min(SUB_SOLVE_S, left)
         solver.parameters.num_workers = num_workers
         solver.parameters.random_seed = seed + tried
         _without_linear_relaxation(solver)
         # Ctrl-C is the caller's: its handler makes should_stop() true, which also ends a sub-solve under way.
-        status = cpsat.run_stoppable(solver, model, should_stop)
+        if tail:
+            watch = _TailWatch(should_stop, tail_s)
+            status = cpsat.run_stoppable(solver, model, watch.stop, watch)
+        else:
+            status = cpsat.run_stoppable(solver, model, should_stop)
         if status == cp_model.MODEL_INVALID:  # a bug in the sub-model or its parameters, never an answer
             raise RuntimeError(f"CP-SAT rejected a neighbourhood's model: {solver.solution_info()}")
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

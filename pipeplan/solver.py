@@ -108,8 +108,7 @@ STALL_GAP = 0.01
 # seconds, prove more (P=16, V, budget 6, 60 s, with no minimization between the targets either, runs beside the
 # version before: N=32 127.05 / 127.69 -> 127.73 / 127.73 / 127.69 / 128.10, N=64 220.02 / 220.02 -> 221.25 /
 # 220.02; the answers the same; more in docs/memory-wall-log.md). Below that size it keeps half: on P=8, N=16, one
-# chunk, budget 3 it improves steadily and proves its optimum, and a share of 0.15 stops it short. On large models
-# the neighbourhood search's tail windows also get longer (pipeplan.lns.LARGE_TAIL_S).
+# chunk, budget 3 it improves steadily and proves its optimum, and a share of 0.15 stops it short.
 LARGE_MODEL_OPS = 2_000
 
 # Near-equal schedules of different shapes leave different room for the neighbourhood search (a repeated
@@ -1254,14 +1253,8 @@ def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSe
         target=target,
         should_stop=lambda: stop is not None and stop.requested,
         on_improvement=on_improvement,
-        tail_s=_tail_seconds(len(model.tasks)),
+        tail_s=lns.tail_seconds(len(model.tasks)),
     )
-
-
-def _tail_seconds(num_ops: int) -> float:
-    """The most seconds a tail window of the neighbourhood search may take on a model of ``num_ops`` ops:
-    :data:`pipeplan.lns.LARGE_TAIL_S` above :data:`LARGE_MODEL_OPS` ops, else :data:`pipeplan.lns.TAIL_S`."""
-    return lns.LARGE_TAIL_S if _is_large(num_ops) else lns.TAIL_S
 
 
 def _is_large(num_ops: int) -> bool:

@@ -49,14 +49,14 @@ def test_windows_slide_from_the_end_over_the_whole_schedule_then_go_random() -> 
 @pytest.mark.parametrize("large", [False, True], ids=["small-model", "large-model"])
 def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(large: bool,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first neighbourhoods free the incumbent's last TAIL_WIDTHS of time, each with up to TAIL_S seconds
-    (LARGE_TAIL_S on a model of more than the solver's LARGE_MODEL_OPS ops; at most TAIL_SHARE of the time left
-    either way); each tail is taken of the incumbent as it is then (so after the first improves it, the second
-    ends at the new makespan); the sliding windows of 1 s follow."""
+    """The first neighbourhoods free the incumbent's last TAIL_WIDTHS of time, each given up to TAIL_SHARE of
+    the time left and watched by the tail rule with TAIL_S least seconds (LARGE_TAIL_S on a model of more than
+    LARGE_TAIL_OPS ops); each tail is taken of the incumbent as it is then (so after the first improves it, the
+    second ends at the new makespan); the sliding windows of 1 s follow, unwatched."""
     tail_s = lns.TAIL_S
-    if large:  # this model counted as large, with a tail limit below TAIL_SHARE of the 4 s, so that it shows
+    if large:  # this model counted as large, with least seconds of its own, so that they show
         tail_s = 1.2
-        monkeypatch.setattr(pipeplan.solver, "LARGE_MODEL_OPS", 0)
+        monkeypatch.setattr(lns, "LARGE_TAIL_OPS", 0)
         monkeypatch.setattr(lns, "LARGE_TAIL_S", tail_s)
     problem = Problem.build(3, 6, forward=[1.0, 1.5, 1.0], backward=[1.5, 1.0, 2.0], backward_weight=0.5,
                             comm=0.25, weight_activation=0.5, budget=2)
@@ -71,29 +71,93 @@ def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(large: bo
         return restrict(base, incumbent, window, bound)
 
     limits: list[float] = []
+    least: list[float | None] = []  # each sub-solve's tail rule's least seconds, None when it has none
     run = pipeplan.cpsat.run_stoppable
 
-    def timed(solver: cp_model.CpSolver, *args: Any, **kwargs: Any) -> Any:
+    def timed(solver: cp_model.CpSolver, model: cp_model.CpModel, should_stop: Any, callback: Any = None) -> Any:
         limits.append(solver.parameters.max_time_in_seconds)
-        return run(solver, *args, **kwargs)
+        least.append(callback.least if isinstance(callback, lns._TailWatch) else None)
+        return run(solver, model, should_stop, callback)
 
     monkeypatch.setattr(lns, "_restrict", recorded)
     monkeypatch.setattr(pipeplan.cpsat, "run_stoppable", timed)
     deadline = time.monotonic() + 4.0
     _neighbourhood_search(model, poor, SolverSettings(num_workers=1), deadline, stop=None)
-    assert len(seen) > len(lns.TAIL_WIDTHS)
-    for (window, end), width, limit in zip(seen, lns.TAIL_WIDTHS, limits):
+    tails = len(lns.TAIL_WIDTHS)
+    assert len(seen) > tails
+    for (window, end), width, limit, rule in zip(seen, lns.TAIL_WIDTHS, limits, least):
         assert (window.begin, window.end) == (int(end * (1 - width)), end)
-        assert limit <= tail_s and limit <= lns.TAIL_SHARE * 4.0
+        assert lns.SUB_SOLVE_S < limit <= lns.TAIL_SHARE * 4.0 and rule == tail_s
     assert seen[0][1] == round(max(simulate(ticked, poor).end))  # the first tail: of the incumbent handed over
     assert seen[1][1] < seen[0][1]  # the first tail improved one microbatch at a time; the second is of the result
-    assert limits[0] > lns.SUB_SOLVE_S  # more than a sliding window's second
-    if large:
-        assert limits[0] == tail_s  # the large models' limit, below TAIL_SHARE of the time left
-    assert all(limit <= lns.SUB_SOLVE_S for limit in limits[len(lns.TAIL_WIDTHS):])
+    assert all(limit <= lns.SUB_SOLVE_S for limit in limits[tails:])
+    assert least[tails:] == [None] * len(least[tails:])
     # The sliding windows are measured on the incumbent as the tails left it.
-    first_slide, end = seen[len(lns.TAIL_WIDTHS)]
+    first_slide, end = seen[tails]
     assert (first_slide.begin, first_slide.end) == (end - max(1, int(end * WIDTHS[0])), end)
+
+
+def test_the_tail_rule_waits_its_least_seconds_then_for_a_quiet_spell_that_grows_with_the_search() -> None:
+    """tail_done: never before the least seconds; after them, once TAIL_QUIET_S have passed without a better
+    schedule, or TAIL_QUIET_SHARE of the time to the last better one when that is longer."""
+    assert lns.tail_seconds(lns.LARGE_TAIL_OPS) == lns.TAIL_S
+    assert lns.tail_seconds(lns.LARGE_TAIL_OPS + 1) == lns.LARGE_TAIL_S
+    least = 3.0
+    assert not lns.tail_done(2.9, 0.0, least)  # nothing found yet, but within its least seconds
+    assert lns.tail_done(3.1, 0.0, least)  # nothing found in them
+    assert not lns.tail_done(3.4, 1.5, least)  # found 1.9 s ago: within TAIL_QUIET_S
+    assert lns.tail_done(3.6, 1.5, least)
+    found = 20.0  # a search that took 20 s to its last better schedule waits 30 % of that, 6 s, not 2
+    assert lns.TAIL_QUIET_SHARE * found > lns.TAIL_QUIET_S
+    assert not lns.tail_done(found + 5.9, found, least)
+    assert lns.tail_done(found + 6.1, found, least)
+    assert not lns.tail_done(1.0, 0.9, least=0.5) and lns.tail_done(3.0, 0.9, least=0.5)
+
+
+def test_tail_windows_end_by_the_tail_rule_before_their_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a problem whose tails CP-SAT does not settle within a second, each tail's sub-solve that ends before
+    its limit and unproven ends when the rule says so, none before its least seconds, and the answer is valid;
+    the rule's seconds are scaled down so that the tails end within the test's few seconds."""
+    monkeypatch.setattr(lns, "TAIL_S", 0.4)
+    monkeypatch.setattr(lns, "TAIL_QUIET_S", 0.3)
+    problem = Problem.build(4, 16, forward=[1.0, 1.25, 0.75, 1.0], backward=[1.5, 1.0, 2.0, 1.25],
+                            backward_weight=0.5, comm=0.03, weight_activation=0.35, budget=3, num_chunks=2,
+                            placement="loop")
+    ticked, _, _ = tick_problem(problem)
+    poor = gpipe_with_flush_size(ticked, 1, name="gpipe-1")
+    model = _Model(ticked, "makespan", _horizon(ticked, poor, "makespan"))
+    runs: list[tuple[float, float, float, str, lns._TailWatch]] = []  # limit, began, ended, status, watch
+    run = pipeplan.cpsat.run_stoppable
+
+    def timed(solver: cp_model.CpSolver, model: cp_model.CpModel, should_stop: Any, callback: Any = None) -> Any:
+        began = time.monotonic()
+        status = run(solver, model, should_stop, callback)
+        if isinstance(callback, lns._TailWatch):
+            runs.append((solver.parameters.max_time_in_seconds, began, time.monotonic(),
+                         solver.status_name(status), callback))
+        return status
+
+    monkeypatch.setattr(pipeplan.cpsat, "run_stoppable", timed)
+    found = _neighbourhood_search(model, poor, SolverSettings(num_workers=2), time.monotonic() + 5.0, stop=None)
+    timeline = simulate(ticked, found)
+    metrics = compute_metrics(timeline)
+    assert_valid(ticked, timeline, metrics)
+    assert metrics.feasible and metrics.makespan < compute_metrics(simulate(ticked, poor)).makespan
+    ended_by_rule = 0
+    for limit, began, ended, status, watch in runs:
+        assert watch.least == lns.TAIL_S
+        ran = ended - began
+        if status in ("OPTIMAL", "INFEASIBLE"):  # settled by CP-SAT before the rule or the limit
+            continue
+        assert ran >= min(lns.TAIL_S, limit) - 0.05  # never cut before its least seconds
+        if ran < limit - 0.5:  # ended well before its limit: by the rule, within the stop's polling
+            ended_by_rule += 1
+            assert watch.quiet is not None
+            elapsed, found_at = watch.quiet
+            assert lns.TAIL_S < elapsed <= ran + 0.01 and found_at <= elapsed
+            assert lns.tail_done(elapsed, found_at, watch.least)
+            assert not lns.tail_done(elapsed - 0.2, found_at, watch.least)  # and not long before it ended
+    assert ended_by_rule >= 1
 
 
 # CP-SAT's (9.15) workers that build a linear relaxation whatever the level, besides every "*max_lp*" one; kept
