@@ -66,19 +66,35 @@ TAIL_S = 3.0
 TAIL_QUIET_S = 2.0
 TAIL_QUIET_SHARE = 0.3
 TAIL_SHARE = 0.6
-# The least seconds of a tail window on models of more than LARGE_TAIL_OPS ops: a tail of a model of 12,000 ops
-# holds moves that take longer to find. On P=32, N=64, two chunks in loop placement, budget 32, from interleaved
-# zero bubble (187.93), the tail of 25 % has a better schedule, which CP-SAT's first solution shows after 8.5 s
-# (187.90; 187.71 after 16 s); given 8 s it finds none. The memory wall's rows of 6,144 ops (P=16, N=64, two
-# chunks) did as well or better with TAIL_S in the runs above.
+# On models of more than LARGE_TAIL_OPS ops a tail window runs at least LARGE_TAIL_S seconds and at most
+# LARGE_TAIL_SHARE of the time left: a tail of a model of 12,000 ops holds moves that take longer to find. On
+# P=32, N=64, two chunks in loop placement, budget 32, from interleaved zero bubble (187.93), the tail of 25 % has
+# a better schedule, which CP-SAT's first solution shows after 8.5 s (187.90; 187.71 after 16 s); given 8 s it
+# finds none. There the search often has only the last 15 s of a 60 s solve, and a sliding window may hold what
+# the tails do not: on P=32, N=128, V, budget 32 (60 s) the first sliding window, given its second at the end of
+# the solve, found 340.96 against V-shape zero bubble's 341.02; with TAIL_SHARE the four tails, which found
+# nothing, left it less, and the answer was V-shape zero bubble's. The memory wall's rows of 6,144 ops (P=16,
+# N=64, two chunks) did as well or better with TAIL_S and TAIL_SHARE.
 LARGE_TAIL_S = 15.0
+LARGE_TAIL_SHARE = 0.35
 LARGE_TAIL_OPS = 10_000
 
 
-def tail_seconds(num_ops: int) -> float:
-    """The least seconds a tail window runs on a model of ``num_ops`` ops: :data:`LARGE_TAIL_S` above
-    :data:`LARGE_TAIL_OPS`, else :data:`TAIL_S`."""
-    return LARGE_TAIL_S if num_ops > LARGE_TAIL_OPS else TAIL_S
+@dataclass(frozen=True)
+class TailRule:
+    """How long a tail window runs: at least ``least_s`` seconds (then while it improves, :func:`tail_done`),
+    at most ``share`` of the time left."""
+
+    least_s: float
+    share: float
+
+
+def tail_rule(num_ops: int) -> TailRule:
+    """The tail rule on a model of ``num_ops`` ops: :data:`LARGE_TAIL_S` and :data:`LARGE_TAIL_SHARE` above
+    :data:`LARGE_TAIL_OPS`, else :data:`TAIL_S` and :data:`TAIL_SHARE`."""
+    if num_ops > LARGE_TAIL_OPS:
+        return TailRule(LARGE_TAIL_S, LARGE_TAIL_SHARE)
+    return TailRule(TAIL_S, TAIL_SHARE)
 
 
 def tail_done(elapsed: float, found_at: float, least: float) -> bool:
@@ -387,16 +403,18 @@ def _without_linear_relaxation(solver: cp_model.CpSolver) -> None:
 def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Callable[[Timeline], float],
             deadline: float, num_workers: int, seed: int = 0, target: float = 0.0,
             should_stop: Callable[[], bool] = lambda: False,
-            on_improvement: Callable[[Schedule], None] = lambda schedule: None, tail_s: float = TAIL_S) -> Schedule:
+            on_improvement: Callable[[Schedule], None] = lambda schedule: None,
+            tail: TailRule | None = None) -> Schedule:
     """The best schedule found by neighbourhood moves from ``incumbent`` until ``deadline`` (time.monotonic())
     or until its value reaches ``target`` (a proven lower bound in ticks, as the whole number of ticks it
     proves: :func:`pipeplan.cpsat.whole_ticks`, since values are whole ticks).
 
     ``problem`` is the ticked problem the model was built from; ``value_of`` gives a replayed timeline's
-    objective in ticks; ``on_improvement`` is given each better schedule as it is found; ``tail_s`` is the
-    least seconds each tail window runs (:func:`tail_seconds`; it then runs while it improves, :func:`tail_done`).
+    objective in ticks; ``on_improvement`` is given each better schedule as it is found; ``tail`` is how long
+    each tail window runs (:func:`tail_rule`; that of small models when None).
     Returns ``incumbent`` itself when no move improved it.
     """
+    rule = tail or TailRule(TAIL_S, TAIL_SHARE)
     best = incumbent
     timeline = simulate(problem, best)
     value = value_of(timeline)
@@ -414,7 +432,7 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
         for window in windows(end(), seed):
             yield window, False
 
-    for window, tail in neighbourhoods():
+    for window, is_tail in neighbourhoods():
         left = deadline - time.monotonic() - REPLAY_MARGIN_S
         if left < 0.1 or value <= cpsat.whole_ticks(target) or should_stop():
             break
@@ -424,13 +442,13 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
             empty += 1
             continue
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = TAIL_SHARE * left if tail else min(SUB_SOLVE_S, left)
+        solver.parameters.max_time_in_seconds = rule.share * left if is_tail else min(SUB_SOLVE_S, left)
         solver.parameters.num_workers = num_workers
         solver.parameters.random_seed = seed + tried
         _without_linear_relaxation(solver)
         # Ctrl-C is the caller's: its handler makes should_stop() true, which also ends a sub-solve under way.
-        if tail:
-            watch = _TailWatch(should_stop, tail_s)
+        if is_tail:
+            watch = _TailWatch(should_stop, rule.least_s)
             status = cpsat.run_stoppable(solver, model, watch.stop, watch)
         else:
             status = cpsat.run_stoppable(solver, model, should_stop)

@@ -1253,7 +1253,7 @@ def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSe
         target=target,
         should_stop=lambda: stop is not None and stop.requested,
         on_improvement=on_improvement,
-        tail_s=lns.tail_seconds(len(model.tasks)),
+        tail=lns.tail_rule(len(model.tasks)),
     )
 
 

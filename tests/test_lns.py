@@ -50,12 +50,12 @@ def test_windows_slide_from_the_end_over_the_whole_schedule_then_go_random() -> 
 def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(large: bool,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The first neighbourhoods free the incumbent's last TAIL_WIDTHS of time, each given up to TAIL_SHARE of
-    the time left and watched by the tail rule with TAIL_S least seconds (LARGE_TAIL_S on a model of more than
-    LARGE_TAIL_OPS ops); each tail is taken of the incumbent as it is then (so after the first improves it, the
-    second ends at the new makespan); the sliding windows of 1 s follow, unwatched."""
-    tail_s = lns.TAIL_S
+    the time left and watched by the tail rule with TAIL_S least seconds (LARGE_TAIL_SHARE and LARGE_TAIL_S on a
+    model of more than LARGE_TAIL_OPS ops); each tail is taken of the incumbent as it is then (so after the first
+    improves it, the second ends at the new makespan); the sliding windows of 1 s follow, unwatched."""
+    tail_s, share = lns.TAIL_S, lns.TAIL_SHARE
     if large:  # this model counted as large, with least seconds of its own, so that they show
-        tail_s = 1.2
+        tail_s, share = 1.2, lns.LARGE_TAIL_SHARE
         monkeypatch.setattr(lns, "LARGE_TAIL_OPS", 0)
         monkeypatch.setattr(lns, "LARGE_TAIL_S", tail_s)
     problem = Problem.build(3, 6, forward=[1.0, 1.5, 1.0], backward=[1.5, 1.0, 2.0], backward_weight=0.5,
@@ -87,9 +87,10 @@ def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(large: bo
     assert len(seen) > tails
     for (window, end), width, limit, rule in zip(seen, lns.TAIL_WIDTHS, limits, least):
         assert (window.begin, window.end) == (int(end * (1 - width)), end)
-        assert lns.SUB_SOLVE_S < limit <= lns.TAIL_SHARE * 4.0 and rule == tail_s
+        assert limit <= share * 4.0 and rule == tail_s
     assert seen[0][1] == round(max(simulate(ticked, poor).end))  # the first tail: of the incumbent handed over
     assert seen[1][1] < seen[0][1]  # the first tail improved one microbatch at a time; the second is of the result
+    assert limits[0] > lns.SUB_SOLVE_S  # more than a sliding window's second
     assert all(limit <= lns.SUB_SOLVE_S for limit in limits[tails:])
     assert least[tails:] == [None] * len(least[tails:])
     # The sliding windows are measured on the incumbent as the tails left it.
@@ -100,8 +101,8 @@ def test_the_search_starts_with_tail_windows_of_the_incumbent_as_it_is(large: bo
 def test_the_tail_rule_waits_its_least_seconds_then_for_a_quiet_spell_that_grows_with_the_search() -> None:
     """tail_done: never before the least seconds; after them, once TAIL_QUIET_S have passed without a better
     schedule, or TAIL_QUIET_SHARE of the time to the last better one when that is longer."""
-    assert lns.tail_seconds(lns.LARGE_TAIL_OPS) == lns.TAIL_S
-    assert lns.tail_seconds(lns.LARGE_TAIL_OPS + 1) == lns.LARGE_TAIL_S
+    assert lns.tail_rule(lns.LARGE_TAIL_OPS) == lns.TailRule(lns.TAIL_S, lns.TAIL_SHARE)
+    assert lns.tail_rule(lns.LARGE_TAIL_OPS + 1) == lns.TailRule(lns.LARGE_TAIL_S, lns.LARGE_TAIL_SHARE)
     least = 3.0
     assert not lns.tail_done(2.9, 0.0, least)  # nothing found yet, but within its least seconds
     assert lns.tail_done(3.1, 0.0, least)  # nothing found in them
