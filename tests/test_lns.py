@@ -139,7 +139,7 @@ def test_tail_windows_end_by_the_tail_rule_before_their_limit(monkeypatch: pytes
         return status
 
     monkeypatch.setattr(pipeplan.cpsat, "run_stoppable", timed)
-    found = _neighbourhood_search(model, poor, SolverSettings(num_workers=2), time.monotonic() + 5.0, stop=None)
+    found = _neighbourhood_search(model, poor, SolverSettings(num_workers=2), time.monotonic() + 3.5, stop=None)
     timeline = simulate(ticked, found)
     metrics = compute_metrics(timeline)
     assert_valid(ticked, timeline, metrics)
