@@ -61,7 +61,8 @@ TAIL_WIDTHS = (0.2, 0.25, 0.3, 0.35)
 # first tail, given 15 s, found 36 better schedules, one every 0.15 to 0.2 s, and was still improving when its
 # time ran out, while the wider tails found none. Against a fixed 8 s (at most 35 % of the time left), in
 # whole 60 s solves of the memory wall's 12 rows that miss their goal, it was better on six (P=16, N=32, V,
-# budget 11: 102.87 against 103.09), worse on two and the same on four (docs/memory-wall-log.md).
+# budget 11: 102.87 against 103.09), worse on two and the same on four, and over the whole table at P <= 16
+# better on ten rows, worse on seven by at most 0.18 and the same on 31 (docs/memory-wall-log.md).
 TAIL_S = 3.0
 TAIL_QUIET_S = 2.0
 TAIL_QUIET_SHARE = 0.3
@@ -74,7 +75,8 @@ TAIL_SHARE = 0.6
 # the tails do not: on P=32, N=128, V, budget 32 (60 s) the first sliding window, given its second at the end of
 # the solve, found 340.96 against V-shape zero bubble's 341.02; with TAIL_SHARE the four tails, which found
 # nothing, left it less, and the answer was V-shape zero bubble's. The memory wall's rows of 6,144 ops (P=16,
-# N=64, two chunks) did as well or better with TAIL_S and TAIL_SHARE.
+# N=64, two chunks) keep TAIL_S and TAIL_SHARE: with them, against the fixed tails, two of those eight rows came
+# out better in the whole table's run, one worse by 0.12 and five the same.
 LARGE_TAIL_S = 15.0
 LARGE_TAIL_SHARE = 0.35
 LARGE_TAIL_OPS = 10_000
