@@ -416,7 +416,7 @@ def improve(base: LnsModel, problem: Problem, incumbent: Schedule, value_of: Cal
     each tail window runs (:func:`tail_rule`; that of small models when None).
     Returns ``incumbent`` itself when no move improved it.
     """
-    rule = tail or TailRule(TAIL_S, TAIL_SHARE)
+    rule = tail or tail_rule(0)  # a small model's
     best = incumbent
     timeline = simulate(problem, best)
     value = value_of(timeline)
