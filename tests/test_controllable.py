@@ -11,7 +11,15 @@ from strategies import uneven_stage_values
 
 from pipeplan import NotApplicable, Problem, compute_metrics, generate, simulate
 from pipeplan.schedule import Schedule, check_complete
-from pipeplan.schedules.controllable import PERIOD, _Grid, fitted, skipped_positions, v_half_block, v_min_block
+from pipeplan.schedules.controllable import (
+    PERIOD,
+    SlotTaken,
+    _Grid,
+    fitted,
+    hole_starts,
+    v_half_block,
+    v_min_block,
+)
 from pipeplan.solver import warm_starts
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -100,10 +108,11 @@ def test_valid_on_random_uneven_problems(data: st.DataObject, p: int, n: int, na
         assert metrics.peak_memory_per_device[d] <= n * problem.footprint(d) + 1e-9
 
 
-def test_skipped_positions_leave_every_k_plus_first_position_empty() -> None:
-    assert skipped_positions(5, None) == [0, 1, 2, 3, 4]
-    assert skipped_positions(7, 3) == [0, 1, 2, 4, 5, 6, 8]
-    assert skipped_positions(4, 1) == [0, 2, 4, 6]
+def test_hole_starts_leave_a_hole_of_its_size_after_every_k_microbatches() -> None:
+    assert hole_starts(5, None) == [0, 6, 12, 18, 24]
+    assert hole_starts(7, 3) == [0, 6, 12, 24, 30, 36, 48]  # a whole block position empty after every 3
+    assert hole_starts(4, 1) == [0, 12, 24, 36]
+    assert hole_starts(7, 3, 2) == [0, 6, 12, 20, 26, 32, 40]
 
 
 def test_fitted_schedules_fit_a_budget_below_v_mins_peak() -> None:
@@ -129,6 +138,28 @@ def test_fitted_schedules_fit_a_budget_below_v_mins_peak() -> None:
     assert fitted(loop) == []
 
 
+def test_fitted_v_min_leaves_smaller_holes_than_a_block_where_they_fit() -> None:
+    """The split-backward family (F : B : W = 1 : 1 : 0.5, comm 0.03, weight activation 0.35) at P = 8, N = 16,
+    3 activations a device: V-Min peaks at 3.35. A whole empty block position after every k microbatches fits up
+    to k = 3 at best (78.97); a hole of 2 slots after every 3 fits too, and the fitted V-Min takes it: 69.05,
+    faster than every whole-position fit."""
+    problem = Problem.build(8, 16, backward=1.0, backward_weight=0.5, comm=0.03, weight_activation=0.35,
+                            budget=3.0).with_layout(2, "v")
+    budget = list(problem.budget or ())
+    whole = []
+    for k in range(1, 16):
+        grid = _Grid(problem, v_min_block, hole_starts(16, k), budget)
+        if all(peak <= room + 1e-9 for peak, room in zip(grid.peak, budget)):
+            grid.squeeze()
+            whole.append(compute_metrics(simulate(problem, Schedule.from_lists("whole", grid.orders()))).makespan)
+    assert len(whole) == 3 and min(whole) == pytest.approx(78.97)
+    first = fitted(problem)[0]
+    assert first.name == "v-min-fitted"
+    metrics = compute_metrics(simulate(problem, first))
+    assert metrics.feasible and max(metrics.peak_memory_per_device) <= 3.0 + 1e-9
+    assert metrics.makespan == pytest.approx(69.05)
+
+
 def test_the_squeeze_fills_a_device_up_to_a_limit_above_its_blocks_peak_and_no_further() -> None:
     """P = 4, N = 16, unit costs: V-Min's block peaks at 4, 4, 3.5 and 4. Squeezed with a limit of 5 every
     device fills up to 5; with a limit of 3, below the block's peaks, each keeps its own."""
@@ -140,8 +171,11 @@ def test_the_squeeze_fills_a_device_up_to_a_limit_above_its_blocks_peak_and_no_f
         assert [max(live) for live in grid.live] == after
         timeline = simulate(problem, Schedule.from_lists("squeezed", grid.orders()))
         assert compute_metrics(timeline).peak_memory_per_device == pytest.approx(after)
-    with pytest.raises(ValueError, match="rising block positions"):
-        _Grid(problem, v_min_block, [0, 2, 1, *range(3, 16)])
+    with pytest.raises(ValueError, match="rising slots"):
+        _Grid(problem, v_min_block, [0, 12, 6, *range(18, 6 * 16, 6)])
+    with pytest.raises(SlotTaken, match="taken twice"):
+        _Grid(problem, v_min_block, range(16))  # blocks 1 slot apart: rank 0's F of chunk 1 (offset 7) meets
+        # microbatch 7's F of chunk 0
 
 
 def test_the_solver_gets_the_fitted_schedules_as_warm_starts() -> None:

@@ -37,16 +37,20 @@ peak rather than the largest over devices.
 The budget is not adapted: when the peak is above it, the metrics report the schedule infeasible.
 
 **Fitted to a budget** (:func:`fitted`, a warm start of the solver, not a registered schedule). Below V-Min's
-peak nothing here fits, and between V-Min's and V-Half's the budget is partly unused. A fitted schedule leaves one
-block position empty after every k microbatches (microbatch m takes position m + m // k, so k microbatches per
-k + 1 blocks): fewer microbatches are alive in every stretch as long as a lifespan, at a little bubble per empty
-block. The positions are still distinct multiples of the period, so no two ops share a slot, as before. The
-squeeze then lets each device fill up to the budget rather than to the block's own peak (it never exceeds the
-larger of the two, and a fitted block's peak is within the budget). On the split-backward family at P = 32,
-N = 64, budget 11 (V-Min's peak is 11.35), V-Min with one position empty after every 10 microbatches, squeezed up
-to the budget, replays to 285.79 (a 60 s solve started from the other warm starts reached 291.57). Where V-Min
-itself fits they are not built: squeezed up to the budget V-Min is a little faster (P = 16, N = 32, budget 6:
-131.90 against 132.21), but 60 s solves from it ended no better than from V-Min (131.90 against 131.65).
+peak nothing here fits, and between V-Min's and V-Half's the budget is partly unused. A fitted schedule leaves a
+hole of a few slots after every k microbatches (microbatch m's block starts at slot 6m + (m // k) s, s the hole's
+size): fewer microbatches are alive in every stretch as long as a lifespan, at a little bubble per hole. k is the
+largest at which holes of a whole block position (s = 6, which keeps every block on the period) fit, found by
+bisection; at that k the smallest holes that fit are taken. A hole smaller than a block can put two ops of a
+device in one slot (the later blocks' offsets no longer fall on the earlier ones' residues); such holes are
+skipped. The squeeze then lets each device fill up to the budget rather than to the block's own peak (it never
+exceeds the larger of the two, and a fitted block's peak is within the budget). On the split-backward family at
+P = 32, N = 64, budget 11 (V-Min's peak is 11.35: at its peak a device holds 22 chunk activations and two W
+owed), whole empty positions fit up to k = 11 (282.61 replayed; 285.79 at k = 10, the fit an earlier version
+took), and holes of 2 slots fit there too: 272.82, against 267.95 for V-Min at its own peak. At P = 32, N = 128:
+482.34 against 507.97; at P = 8, N = 16, budget 3: 69.05 against 78.97. Where V-Min itself fits they are not
+built: squeezed up to the budget V-Min is a little faster (P = 16, N = 32, budget 6: 131.90 against 132.21), but
+60 s solves from it ended no better than from V-Min (131.90 against 131.65).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -82,20 +87,26 @@ def v_half_block(p: int, r: int) -> tuple[int, int, int, int]:
     return 2 * r, 3 * p - 2 - r, 3 * p + g - 1 + 2 * r, 6 * p + g - 2 - r
 
 
+class SlotTaken(ValueError):
+    """Two ops of a device given one slot: block starts that are not a whole number of periods apart can do so."""
+
+
 class _Grid:
     """Every op's slot, which slots each device has taken, and each device's live memory per slot."""
 
-    def __init__(self, problem: Problem, block: Block, positions: Sequence[int] | None = None,
+    def __init__(self, problem: Problem, block: Block, starts: Sequence[int] | None = None,
                  limit: Sequence[float] | None = None) -> None:
-        """``positions``: each microbatch's block position, rising (0 .. N - 1 when None); ``limit``: per
-        device, how far the squeeze may fill its memory when that is above the block's own peak."""
+        """``starts``: each microbatch's first slot, the one its block's offsets count from, rising (a block
+        every :data:`PERIOD` slots, 0, 6, 12, ..., when None); :class:`SlotTaken` when two ops then share a slot of
+        a device. ``limit``: per device, how far the squeeze may fill its memory when that is above the block's
+        own peak."""
         self.problem = problem
         p, n = problem.num_devices, problem.num_microbatches
-        positions = list(range(n)) if positions is None else list(positions)
-        if len(positions) != n or any(b <= a for a, b in zip(positions, positions[1:])) or positions[0] < 0:
-            raise ValueError(f"positions must be {n} rising block positions from 0 on, got {positions}")
+        starts = [PERIOD * m for m in range(n)] if starts is None else list(starts)
+        if len(starts) != n or any(b <= a for a, b in zip(starts, starts[1:])) or starts[0] < 0:
+            raise ValueError(f"starts must be {n} rising slots from 0 on, got {starts}")
         # Past the last slot the block and W placement can use.
-        self.horizon = PERIOD * (positions[-1] + 1 + 2 * p) + 8 * p
+        self.horizon = starts[-1] + PERIOD * (1 + 2 * p) + 8 * p
         self.slot = [0] * problem.num_op_numbers  # each op's slot, by op number (a list: read on the hot path)
         self.taken: list[dict[int, Op]] = [{} for _ in range(p)]  # per device: slot -> op
         for r in range(p):
@@ -105,7 +116,7 @@ class _Grid:
             kinds = ((OpKind.F, down), (OpKind.F, up), (OpKind.B, up), (OpKind.B, down))
             for (kind, stage), offset in zip(kinds, offsets):
                 for m in range(n):
-                    self._put(problem.op(kind, stage, m), offset + PERIOD * positions[m])
+                    self._put(problem.op(kind, stage, m), offset + starts[m])
         self._place_weights()
         self.live = self._live_memory()
         self.peak = [float(live.max()) for live in self.live]  # the block's own, before the squeeze
@@ -113,7 +124,8 @@ class _Grid:
 
     def _put(self, op: Op, slot: int) -> None:
         device = self.problem.device_of(op.stage)
-        assert slot not in self.taken[device], f"slot {slot} of device {device} taken twice"
+        if slot in self.taken[device]:
+            raise SlotTaken(f"slot {slot} of device {device} taken twice: {self.taken[device][slot]} and {op}")
         self.slot[self.problem.op_number(op)] = slot
         self.taken[device][slot] = op
 
@@ -202,57 +214,93 @@ def controllable_memory_schedule(problem: Problem, name: str, block: Block) -> S
     return Schedule.from_lists(name, grid.orders())
 
 
-# One block position left empty after every k microbatches, for these k (fewest empty positions first).
-SKIPS = (32, 24, 16, 12, 10, 8, 6, 5, 4, 3, 2, 1)
-# How many skips that fit the budget are squeezed per block, fewest empty positions first.
+# How many hole sizes that fit the budget are squeezed per block, smallest first.
 FITTED_TRIES = 2
 
 
-def skipped_positions(count: int, k: int | None) -> list[int]:
-    """Block positions of ``count`` microbatches with every (k + 1)-th left empty (none when ``k`` is None)."""
-    return [m if k is None else m + m // k for m in range(count)]
+def hole_starts(count: int, k: int | None, size: int = PERIOD) -> list[int]:
+    """First slots of ``count`` microbatches' blocks, a block every :data:`PERIOD` slots with a hole of ``size``
+    slots after every ``k`` microbatches (none when ``k`` is None): microbatch m starts at PERIOD m + (m // k)
+    size. A hole of PERIOD slots leaves a whole block position empty."""
+    return [PERIOD * m + (0 if k is None else m // k * size) for m in range(count)]
 
 
 def fitted(problem: Problem, deadline: float = math.inf,
            should_stop: Callable[[], bool] = lambda: False) -> list[Schedule]:
-    """V-Min and V-Half fitted to a budget below V-Min's peak (see the module docstring): for each block, the
-    first :data:`FITTED_TRIES` skips (none, then :data:`SKIPS`) whose block peak fits every device's budget,
-    squeezed up to the budget. Empty without two chunks in V placement, a split backward and a budget, or where
-    V-Min's own block fits every device's budget; none for a block whose sparsest skip (one microbatch per two
-    positions) does not fit; what was found when ``time.monotonic()`` passes ``deadline`` or ``should_stop()``
-    says so. The schedules fit the budget (a device's peak is the grid's, which the squeeze keeps within it); the
-    caller replays them."""
+    """V-Min and V-Half fitted to a budget below V-Min's peak (see the module docstring). For each block: itself
+    when it fits every device's budget; else the largest k at which a hole of a whole block position after every
+    k microbatches fits (bisected: fewer holes, a higher peak), and at that k the first :data:`FITTED_TRIES` hole
+    sizes from 1 slot up that fit, each squeezed up to the budget. Empty without two chunks in V placement, a split
+    backward and a budget, or where V-Min's own block fits every device's budget; none for a block whose sparsest
+    holes (one microbatch per two block positions) do not fit; what was found when ``time.monotonic()`` passes
+    ``deadline`` or ``should_stop()`` says so. The schedules fit the budget (a device's peak is the grid's, which
+    the squeeze keeps within it); the caller replays them."""
     if (problem.budget is None or problem.num_chunks != 2 or problem.placement != "v"
             or not problem.split_backward):
         return []
     budget = list(problem.budget)
     n = problem.num_microbatches
-    built: dict[tuple[Block, int | None], _Grid] = {}  # each grid is built once, before its squeeze
+    built: dict[tuple[Block, int | None, int], _Grid | None] = {}  # each grid built once, before its squeeze
 
-    def grid(block: Block, k: int | None) -> _Grid:
-        if (block, k) not in built:
-            built[block, k] = _Grid(problem, block, skipped_positions(n, k), budget)
-        return built[block, k]
+    def grid(block: Block, k: int | None, size: int = PERIOD) -> _Grid | None:
+        """The grid with these holes; None when they put two ops in one slot."""
+        if (block, k, size) not in built:
+            try:
+                built[block, k, size] = _Grid(problem, block, hole_starts(n, k, size), budget)
+            except SlotTaken:
+                built[block, k, size] = None
+        return built[block, k, size]
 
-    def fits(block: Block, k: int | None) -> bool:
-        return all(fits_budget(peak, room) for peak, room in zip(grid(block, k).peak, budget))
+    def fits(block: Block, k: int | None, size: int = PERIOD) -> bool:
+        built_grid = grid(block, k, size)
+        return built_grid is not None and all(fits_budget(peak, room) for peak, room in zip(built_grid.peak, budget))
+
+    def out_of_time() -> bool:
+        return time.monotonic() >= deadline or should_stop()
 
     if fits(v_min_block, None):
         return []  # V-Min itself fits: it and what the search makes of it do better (see the module docstring)
     found = []
     for name, block in (("v-min", v_min_block), ("v-half", v_half_block)):
-        if n > 1 and not fits(block, 1):
+        if out_of_time():
+            break
+        if fits(block, None):
+            chosen: list[tuple[int | None, int]] = [(None, PERIOD)]
+        elif n > 1 and fits(block, 1):
+            chosen = [(k, size) for k, size in _hole_sizes(partial(fits, block), n, out_of_time)]
+        else:
             continue  # not even the sparsest fits: spare the other builds (a budget of one microbatch)
-        tries = 0
-        for k in (None, *(k for k in SKIPS if k < n)):
-            if tries >= FITTED_TRIES or time.monotonic() >= deadline or should_stop():
+        for k, size in chosen:
+            if out_of_time():
                 break
-            if not fits(block, k):
-                continue
-            tries += 1
-            grid(block, k).squeeze()
-            found.append(Schedule.from_lists(f"{name}-fitted", grid(block, k).orders()))
+            fitting = grid(block, k, size)
+            assert fitting is not None
+            fitting.squeeze()
+            found.append(Schedule.from_lists(f"{name}-fitted", fitting.orders()))
     return found
+
+
+def _hole_sizes(fits: Callable[[int, int], bool], n: int,
+                out_of_time: Callable[[], bool]) -> list[tuple[int, int]]:
+    """Up to :data:`FITTED_TRIES` (k, hole size) pairs that fit, for ``n`` microbatches where a hole of a whole
+    block position after every microbatch fits: the largest k at which whole block positions fit (bisected, as
+    fewer holes peak higher), with the smallest sizes that fit there."""
+    low, high = 1, n - 1  # whole positions fit after every low microbatches; above high none is tried
+    if fits(high, PERIOD):
+        low = high
+    while high - low > 1 and not out_of_time():
+        middle = (low + high) // 2
+        if fits(middle, PERIOD):
+            low = middle
+        else:
+            high = middle
+    sizes: list[tuple[int, int]] = []
+    for size in range(1, PERIOD + 1):
+        if len(sizes) == FITTED_TRIES or out_of_time():
+            break
+        if fits(low, size):
+            sizes.append((low, size))
+    return sizes
 
 
 @register("v-half")
