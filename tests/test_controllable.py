@@ -117,7 +117,7 @@ def test_hole_starts_leave_a_hole_of_its_size_after_every_k_microbatches() -> No
 
 def test_fitted_schedules_fit_a_budget_below_v_mins_peak() -> None:
     """P = 4, N = 16, unit costs: V-Min peaks at 4 chunk-activations, so at a budget of 3.5 it does not fit;
-    the fitted V-Min leaves block positions empty until its block fits, and is slower for it."""
+    the fitted V-Min leaves holes between its blocks until its grid fits, and is slower for it."""
     problem = unit_problem(4, 16)
     v_min = compute_metrics(simulate(problem, generate("v-min", problem)))
     assert max(v_min.peak_memory_per_device) == pytest.approx(4.0)
@@ -193,7 +193,7 @@ def test_fitted_schedules_are_valid_and_within_budget_on_random_uneven_problems(
     """Unequal costs, activations and weight shares, a budget per device drawn around V-Min's own peak there
     (from a half of it up, never below one microbatch's footprint): every fitted schedule is complete, valid and
     within the budget by the tests' own memory count; there are none where V-Min itself fits. (At least 3 devices
-    and 4 microbatches: with fewer, V-Min holds so few microbatches that no skip fits below its peak.)"""
+    and 4 microbatches: with fewer, V-Min holds so few microbatches that no holes fit below its peak.)"""
     values = data.draw(uneven_stage_values(2 * p, p))
     problem = Problem.build(p, n, num_chunks=2, placement="v", **values)
     peaks = compute_metrics(simulate(problem, generate("v-min", problem))).peak_memory_per_device

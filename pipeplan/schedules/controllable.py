@@ -36,21 +36,21 @@ peak rather than the largest over devices.
 
 The budget is not adapted: when the peak is above it, the metrics report the schedule infeasible.
 
-**Fitted to a budget** (:func:`fitted`, a warm start of the solver, not a registered schedule). Below V-Min's
-peak nothing here fits, and between V-Min's and V-Half's the budget is partly unused. A fitted schedule leaves a
-hole of a few slots after every k microbatches (microbatch m's block starts at slot 6m + (m // k) s, s the hole's
-size): fewer microbatches are alive in every stretch as long as a lifespan, at a little bubble per hole. k is the
-largest at which holes of a whole block position (s = 6, which keeps every block on the period) fit, found by
-bisection; at that k the smallest holes that fit are taken. A hole smaller than a block can put two ops of a
-device in one slot (the later blocks' offsets no longer fall on the earlier ones' residues); such holes are
-skipped. The squeeze then lets each device fill up to the budget rather than to the block's own peak (it never
-exceeds the larger of the two, and a fitted block's peak is within the budget). On the split-backward family at
-P = 32, N = 64, budget 11 (V-Min's peak is 11.35: at its peak a device holds 22 chunk activations and two W
-owed), whole empty positions fit up to k = 11 (282.61 replayed; 285.79 at k = 10, the fit an earlier version
-took), and holes of 2 slots fit there too: 272.82, against 267.95 for V-Min at its own peak. At P = 32, N = 128:
-482.34 against 507.97; at P = 8, N = 16, budget 3: 69.05 against 78.97. Where V-Min itself fits they are not
-built: squeezed up to the budget V-Min is a little faster (P = 16, N = 32, budget 6: 131.90 against 132.21), but
-60 s solves from it ended no better than from V-Min (131.90 against 131.65).
+**Fitted to a budget** (:func:`fitted`, a warm start of the solver, not a registered schedule). Below V-Min's peak
+nothing here fits, and between V-Min's and V-Half's the budget is partly unused. A fitted schedule leaves a hole of
+a few slots after every k microbatches (microbatch m's block starts at slot 6m + (m // k) s, s the hole's size):
+fewer microbatches are alive in every stretch as long as a lifespan, at a little bubble per hole. k is found by
+bisection over 1 .. N - 1 with holes of a whole block position (s = 6, which keeps every block on the period): the
+largest that fits when fewer holes always peak higher, as on the rows measured; at that k the smallest holes that
+fit are taken. A hole smaller than a block can put two ops of a device in one slot (the later blocks' offsets no
+longer fall on the earlier ones' residues); such holes are skipped. The squeeze then lets each device fill up to
+the budget rather than to the block's own peak (it never exceeds the larger of the two, and a fitted block's peak
+is within the budget). On the split-backward family at P = 32, N = 64, budget 11 (V-Min's peak is 11.35: at its
+peak a device holds 22 chunk activations and two W owed), whole empty positions fit up to k = 11 (282.61 replayed;
+285.79 at k = 10, the fit an earlier version took), and holes of 2 slots fit there too: 272.82, against 267.95 for
+V-Min at its own peak. At P = 32, N = 128: 482.34 against 507.97; at P = 8, N = 16, budget 3: 69.05 against 78.97.
+Where V-Min itself fits they are not built: squeezed up to the budget V-Min is a little faster (P = 16, N = 32,
+budget 6: 131.90 against 132.21), but 60 s solves from it ended no better than from V-Min (131.90 against 131.65).
 """
 
 from __future__ import annotations
@@ -228,13 +228,13 @@ def hole_starts(count: int, k: int | None, size: int = PERIOD) -> list[int]:
 def fitted(problem: Problem, deadline: float = math.inf,
            should_stop: Callable[[], bool] = lambda: False) -> list[Schedule]:
     """V-Min and V-Half fitted to a budget below V-Min's peak (see the module docstring). For each block: itself
-    when it fits every device's budget; else the largest k at which a hole of a whole block position after every
-    k microbatches fits (bisected: fewer holes, a higher peak), and at that k the first :data:`FITTED_TRIES` hole
-    sizes from 1 slot up that fit, each squeezed up to the budget. Empty without two chunks in V placement, a split
-    backward and a budget, or where V-Min's own block fits every device's budget; none for a block whose sparsest
-    holes (one microbatch per two block positions) do not fit; what was found when ``time.monotonic()`` passes
-    ``deadline`` or ``should_stop()`` says so. The schedules fit the budget (a device's peak is the grid's, which
-    the squeeze keeps within it); the caller replays them."""
+    when it fits every device's budget; else a k at which a hole of a whole block position after every k
+    microbatches fits, as large as bisection finds (fewer holes peak higher), and at that k the first
+    :data:`FITTED_TRIES` hole sizes from 1 slot up that fit, each squeezed up to the budget. Empty without two
+    chunks in V placement, a split backward and a budget, or where V-Min's own block fits every device's budget;
+    none for a block whose sparsest holes (one microbatch per two block positions) do not fit; what was found when
+    ``time.monotonic()`` passes ``deadline`` or ``should_stop()`` says so. The schedules fit the budget (a
+    device's peak is the grid's, which the squeeze keeps within it); the caller replays them."""
     if (problem.budget is None or problem.num_chunks != 2 or problem.placement != "v"
             or not problem.split_backward):
         return []
@@ -283,10 +283,11 @@ def fitted(problem: Problem, deadline: float = math.inf,
 def _hole_sizes(fits: Callable[[int, int], bool], n: int,
                 out_of_time: Callable[[], bool]) -> list[tuple[int, int]]:
     """Up to :data:`FITTED_TRIES` (k, hole size) pairs that fit, for ``n`` microbatches where a hole of a whole
-    block position after every microbatch fits: the largest k at which whole block positions fit (bisected, as
-    fewer holes peak higher), with the smallest sizes that fit there."""
+    block position after every microbatch fits: the largest k at which whole block positions fit, bisected (as
+    fewer holes peak higher; where that does not hold, a smaller one that fits), with the smallest sizes that fit
+    there."""
     low, high = 1, n - 1  # whole positions fit after every low microbatches; above high none is tried
-    if fits(high, PERIOD):
+    if not out_of_time() and fits(high, PERIOD):
         low = high
     while high - low > 1 and not out_of_time():
         middle = (low + high) // 2
