@@ -102,7 +102,7 @@ class _Grid:
         own peak."""
         self.problem = problem
         p, n = problem.num_devices, problem.num_microbatches
-        starts = [PERIOD * m for m in range(n)] if starts is None else list(starts)
+        starts = hole_starts(n, None) if starts is None else list(starts)
         if len(starts) != n or any(b <= a for a, b in zip(starts, starts[1:])) or starts[0] < 0:
             raise ValueError(f"starts must be {n} rising slots from 0 on, got {starts}")
         # Past the last slot the block and W placement can use.
@@ -265,9 +265,9 @@ def fitted(problem: Problem, deadline: float = math.inf,
         if out_of_time():
             break
         if fits(block, None):
-            chosen: list[tuple[int | None, int]] = [(None, PERIOD)]
+            chosen: Sequence[tuple[int | None, int]] = [(None, PERIOD)]
         elif n > 1 and fits(block, 1):
-            chosen = [(k, size) for k, size in _hole_sizes(partial(fits, block), n, out_of_time)]
+            chosen = _hole_sizes(partial(fits, block), n, out_of_time)
         else:
             continue  # not even the sparsest fits: spare the other builds (a budget of one microbatch)
         for k, size in chosen:
