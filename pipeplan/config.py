@@ -378,8 +378,9 @@ def config_from_dict(data: object, default_name: str = "pipeline", ignore_budget
     solver = SolverSettings(**_section(data, "solver", [f for f in SolverSettings.__dataclass_fields__]))
     units_raw = _section(data, "units", ["time", "memory"])
     for key, value in units_raw.items():
-        if not isinstance(value, str):
-            raise ConfigError(f"units.{key} must be a text such as 'ms' or 'GiB', got {shown(value)}")
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"units.{key} must be a text such as 'ms' or 'GiB', got {shown(value)}; it names "
+                              f"the {key} unit in tables and charts (leave the key out for the default)")
     name = checked_name(data.get("name", default_name))
     return Config(name=name, problem=problem, solver=solver, units=Units(**units_raw))
 

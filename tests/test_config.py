@@ -116,6 +116,10 @@ def test_defaults_and_name_from_file_stem() -> None:
          "solver.time_limit_s must be a positive number"),
         ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "units": {"time": 3}},
          "units.time must be a text"),
+        ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "units": {"time": ""}},
+         "units.time must be a text such as 'ms' or 'GiB', got ''"),
+        ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "units": {"memory": "  "}},
+         "units.memory must be a text such as 'ms' or 'GiB', got '  '"),
         ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "units": {"money": "EUR"}},
          "unknown key units.money"),
         ({"pipeline": {"num_stages": 2, "num_microbatches": 2}, "name": ""}, "name must be a non-empty text"),
@@ -129,7 +133,8 @@ def test_defaults_and_name_from_file_stem() -> None:
         ("pipeline", "the top level must be a mapping"),
     ],
     ids=["solver-unknown-key", "solver-time-limit", "solver-workers", "solver-workers-above-cp-sat",
-         "solver-seed-above-int32", "solver-time-limit-nan", "units-type", "units-unknown-key",
+         "solver-seed-above-int32", "solver-time-limit-nan", "units-type", "units-empty", "units-blank",
+         "units-unknown-key",
          "empty-name", "bool-count", "placement", "zero-work", "weight-activation-unsplit", "scalar-top-level"],
 )
 def test_config_from_dict_errors(data: object, message: str) -> None:
