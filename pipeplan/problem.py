@@ -133,9 +133,28 @@ def shown(value: object, limit: int = 80, quote: bool = True) -> str:
     elif isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 128:
         # repr refuses whole numbers of more than 4300 digits
         text = f"a whole number with about {round(abs(value).bit_length() * math.log10(2))} digits"
+    elif isinstance(value, str):
+        return _shown_text(value, limit)
     else:
         text = _SHORT_REPR.repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _shown_text(value: str, limit: int) -> str:
+    """A text's repr in at most ``limit`` characters: whole if it fits, else its start and end around "..."
+    inside one pair of quotes (so that a cut text still reads as one quoted piece and shows how it ends)."""
+    if len(value) <= limit and len(text := repr(value)) <= limit:
+        return text
+    mark = "\ue000"  # a private-use character: repr writes it as an escape, which then becomes the "..."
+    for keep in range(min(len(value), limit), -1, -1):
+        head, tail = value[:(keep + 1) // 2], value[len(value) - keep // 2:]
+        if mark in value:  # the escape would not be ours alone: cut the end off instead
+            text, head_only = repr(value[:keep]), True
+        else:
+            text, head_only = repr(head + mark + tail).replace("\\ue000", "...", 1), False
+        if len(text) + 3 * head_only <= limit:
+            return text + "..." * head_only
+    return "..."
 
 
 class OpKind(enum.Enum):

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS
 
 from pipeplan import (
@@ -25,7 +27,7 @@ from pipeplan import (
 from pipeplan.config import SolverSettings, config_from_dict, load_yaml
 from pipeplan.frontier import frontier
 from pipeplan.planner import compare
-from pipeplan.problem import Op, OpKind
+from pipeplan.problem import Op, OpKind, shown
 from pipeplan.sizing.study import load_study, run_study
 from pipeplan.torch_csv import from_torch_csv, read_torch_csv
 from pipeplan.torch_run import run_in_torch
@@ -552,3 +554,20 @@ def test_a_torch_csv_given_as_the_config_is_told_so(tmp_path: Path) -> None:
     path.write_text("hello\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"got str$"):
         load_config(path)
+
+
+def test_a_long_text_in_a_message_is_cut_in_the_middle_inside_its_quotes() -> None:
+    cell = "# Two chunks per device in V placement: a config, not a schedule"
+    assert shown(cell, 40) == "'# Two chunks per d...g, not a schedule'"
+    assert shown("short", 40) == "'short'"
+
+
+@given(st.text(max_size=200), st.integers(min_value=5, max_value=120))
+def test_a_shown_text_fits_its_limit_and_keeps_its_quotes(text: str, limit: int) -> None:
+    cut = shown(text, limit)
+    assert len(cut) <= limit
+    if cut == repr(text):
+        return
+    assert "..." in cut
+    if "\ue000" not in text:  # cut in the middle: one quoted piece whose ends are the text's own ends
+        assert cut[0] == cut[-1] and cut[0] in "'\""
