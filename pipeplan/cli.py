@@ -539,6 +539,11 @@ class _OutPath(click.Path):
             # A path read as a file drops the slash: 'reports/' used to be written as a file named reports.
             self.fail(f"{value!r} ends in '/', so it names a folder, not a file; add the file's name after it", param,
                       ctx)
+        if isinstance(value, str) and not self.dir_okay and os.path.isdir(value):
+            self.fail(f"{value!r} is a folder; give the name of a {self.what} to write", param, ctx)
+        if isinstance(value, str) and not self.file_okay and os.path.exists(value) and not os.path.isdir(value):
+            self.fail(f"{value!r} is a file, not a folder; give a new folder name (pipeplan writes several files "
+                      "into it)", param, ctx)
         return super().convert(value, param, ctx)
 
 

@@ -420,6 +420,8 @@ def test_existing_out_is_not_clobbered_without_force(capsys: pytest.CaptureFixtu
     assert code == USER_ERROR and "not a pipeplan result folder" in err
     code, _, err = run(capsys, "solve", TINY, "--out", "", "--time-limit", "2", "--quiet")
     assert code == USER_ERROR and "Invalid value for '--out': is empty; give a folder name" in err
+    code, _, err = run(capsys, "solve", TINY, "--out", str(out / "mine.txt"), "--time-limit", "2", "--quiet")
+    assert code == USER_ERROR and f"'{out / 'mine.txt'}' is a file, not a folder; give a new folder name" in err
     assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
     # It replaces an earlier result folder, leaving no staging or trash folder beside it.
     (out / "mine.txt").unlink()

@@ -102,7 +102,7 @@ def test_report_command_rebuilds_the_same_page_from_the_files(
     assert main(["report", str(copy), "--out", "-"]) == 0
     assert capsys.readouterr().out.encode("utf-8") == (folder / REPORT_NAME).read_bytes()
     assert main(["report", str(copy), "--out", str(tmp_path)]) == USER_ERROR
-    assert "is a directory" in capsys.readouterr().err
+    assert f"'{tmp_path}' is a folder; give the name of a file to write" in capsys.readouterr().err
     assert main(["report", str(copy), "--out", ""]) == USER_ERROR
     assert "Invalid value for '--out': is empty; give a file name" in capsys.readouterr().err
     # A name ending in '/' names a folder (a new user's trial: 'reports/' was written as a file named reports).

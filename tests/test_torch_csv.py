@@ -414,7 +414,7 @@ def test_bad_export_and_import_exit_2_with_one_line(result_folder: Path, capsys:
         (["simulate", TINY, "--from-torch-csv", str(tmp_path / "none.csv")], "does not exist; check the path"),
         (["simulate", TINY, "--schedule", "1f1b", "--from-torch-csv", str(bad)], "not both"),
         (["simulate", TINY], "one of the two"),
-        (["export", str(result_folder), "--out", str(tmp_path)], "is a directory"),
+        (["export", str(result_folder), "--out", str(tmp_path)], "is a folder; give the name of a file to write"),
         (["export", str(result_folder), "--out", ""], "Invalid value for '--out': is empty; give a file name"),
         (["export", str(result_folder), "--out", str(fifo), "--force"], "is not a regular file (a device or a pipe"),
         (["report", str(result_folder), "--out", str(link), "--force"], "is a symbolic link; give the file it points"),
