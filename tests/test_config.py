@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS
 from hypothesis import given
 from hypothesis import strategies as st
-from bad_configs import BAD_CONFIGS, CONFIGS, GOOD_CONFIGS
 
 from pipeplan import (
     ConfigError,
