@@ -140,21 +140,26 @@ def shown(value: object, limit: int = 80, quote: bool = True) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+# Characters that stand for the cut while a cut text is written by repr (which prints them as they are), the
+# first that the text does not hold.
+_CUT_MARKS = "\u2026\u00a4\u00a7\u00b6"
+
+
 def _shown_text(value: str, limit: int) -> str:
     """A text's repr in at most ``limit`` characters: whole if it fits, else its start and end around "..."
-    inside one pair of quotes (so that a cut text still reads as one quoted piece and shows how it ends)."""
+    inside one pair of quotes (so that a cut text still reads as one quoted piece and shows how it ends); the end
+    cut off instead when the text holds every mark of :data:`_CUT_MARKS`."""
     if len(value) <= limit and len(text := repr(value)) <= limit:
         return text
-    mark = "\ue000"  # a private-use character: repr writes it as an escape, which then becomes the "..."
+    mark = next((c for c in _CUT_MARKS if c not in value), None)
     for keep in range(min(len(value), limit), -1, -1):
-        head, tail = value[:(keep + 1) // 2], value[len(value) - keep // 2:]
-        if mark in value:  # the escape would not be ours alone: cut the end off instead
-            text, head_only = repr(value[:keep]), True
+        if mark is None:
+            text = repr(value[:keep]) + "..."
         else:
-            text, head_only = repr(head + mark + tail).replace("\\ue000", "...", 1), False
-        if len(text) + 3 * head_only <= limit:
-            return text + "..." * head_only
-    return "..."
+            text = repr(value[:(keep + 1) // 2] + mark + value[len(value) - keep // 2:]).replace(mark, "...")
+        if len(text) <= limit:
+            return text
+    return "..."[:max(limit, 0)]
 
 
 class OpKind(enum.Enum):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import string
 import time
 from pathlib import Path
 from typing import Any
@@ -560,14 +561,23 @@ def test_a_long_text_in_a_message_is_cut_in_the_middle_inside_its_quotes() -> No
     cell = "# Two chunks per device in V placement: a config, not a schedule"
     assert shown(cell, 40) == "'# Two chunks per d...g, not a schedule'"
     assert shown("short", 40) == "'short'"
+    # A backslash and "ue000" in the text stay what they are; the cut is where it belongs.
+    cut = shown("\\ue000" + "x" * 200, 40)
+    assert cut.startswith("'\\\\ue000xxx") and cut.endswith("xxx'") and cut.count("...") == 1 and len(cut) == 40
 
 
-@given(st.text(max_size=200), st.integers(min_value=5, max_value=120))
-def test_a_shown_text_fits_its_limit_and_keeps_its_quotes(text: str, limit: int) -> None:
+@given(st.text(alphabet=string.ascii_letters + " ,:#", max_size=200), st.integers(min_value=5, max_value=120))
+def test_a_cut_text_keeps_its_own_start_and_end(text: str, limit: int) -> None:
     cut = shown(text, limit)
     assert len(cut) <= limit
     if cut == repr(text):
         return
-    assert "..." in cut
-    if "\ue000" not in text:  # cut in the middle: one quoted piece whose ends are the text's own ends
-        assert cut[0] == cut[-1] and cut[0] in "'\""
+    head, dots, tail = cut[1:-1].partition("...")  # the text holds no "." and no quote: repr adds only quotes
+    assert cut[0] == cut[-1] == "'" and dots == "..."
+    assert text.startswith(head) and text.endswith(tail) and len(head) + len(tail) < len(text)
+
+
+@given(st.text(max_size=200), st.integers(min_value=5, max_value=120))
+def test_a_shown_text_fits_its_limit_and_opens_with_a_quote(text: str, limit: int) -> None:
+    cut = shown(text, limit)
+    assert len(cut) <= limit and cut[0] in "'\"" and (cut == repr(text) or "..." in cut)
