@@ -303,6 +303,12 @@ class _PlainLines:
             self.last_line, self.held = time.monotonic(), None
 
 
+# What the progress line of `solve` says in each step of :func:`pipeplan.planner.compare` ("solving" shows the
+# elapsed time and the best objective and bound so far).
+_PHASES = {"named": "replaying the named schedules ...", "search": "solving",
+           "layouts": "replaying the named schedules on the other layouts ..."}
+
+
 class _ProgressLine(_StatusLine):
     """Live solver progress on stderr when stderr is a terminal and not --quiet: a line that ticks every
     fraction of a second with the elapsed time, and shows the best objective and bound as the solver reports
@@ -373,9 +379,10 @@ def _while_writing(exc: BaseException) -> str:
     return f" while writing {seen.path}: its results were not written; run the command again to write them"
 
 
-def _interrupted_late(what: str) -> str:
-    """The message for a Ctrl-C that came once ``what`` had finished: the results shown are whole."""
-    return f"interrupted after {what} had finished: the results above are complete"
+def _interrupted_late(what: str, but: str = "") -> str:
+    """The message for a Ctrl-C that came once ``what`` had finished: the results shown are whole (``but`` for
+    what they lack)."""
+    return f"interrupted after {what} had finished: the results above are complete{' ' + but if but else ''}"
 
 
 def _exit_if_interrupted(stop: StopRequest, message: str = _INTERRUPTED_SEARCH) -> None:
@@ -634,11 +641,24 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
     settings = _settings(cfg, time_limit_s=time_limit, objective=objective, num_workers=workers,
                          random_seed=random_seed)
     stop = StopRequest()
-    # Ctrl-C after the search: while the folder is written, the write's guard drops it whole (main then names it);
-    # while the answer is shown, that finishes (a second Ctrl-C aborts), as during a sweep.
+    # Ctrl-C after the search: while the other layouts are compared, the schedules not replayed yet are left out;
+    # while the folder is written, the write's guard drops it whole (main then names it); while the answer is
+    # shown, that finishes (a second Ctrl-C aborts), as during a sweep.
     with _Interrupts(stop) as interrupts:
+        cut_layouts = False  # whether a Ctrl-C came while the other layouts were compared
+
+        def phase(step: str) -> None:
+            nonlocal cut_layouts
+            if step == "done":  # a stop requested since the other layouts began cut their comparison short
+                cut_layouts = cut_layouts and stop.requested
+                return
+            progress.phase = _PHASES[step]
+            if step == "layouts":
+                interrupts.finishing = "the search is over: stopping the comparison with the other layouts"
+                cut_layouts = not stop.requested
+
         with _ProgressLine(not quiet, cfg.units.time) as progress:
-            comparison = compare(cfg.problem, settings, progress=progress, stop=stop)
+            comparison = compare(cfg.problem, settings, progress=progress, stop=stop, phase=phase)
         summary = comparison.summary(cfg.name)
         summary["config"] = config_record(cfg.name, cfg.problem, settings, cfg.units)
         if out is not None:
@@ -654,7 +674,9 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
                                 "answer")
         # A Ctrl-C after the search ended (while the other layouts were compared or the folder written, say) left
         # the answer whole.
-        message = _INTERRUPTED_SEARCH if comparison.optimal.interrupted else _interrupted_late("the search")
+        message = (_INTERRUPTED_SEARCH if comparison.optimal.interrupted else
+                   _interrupted_late("the search", "" if not cut_layouts else
+                                     "but for the other layouts, whose comparison it cut short"))
         if fmt == "json":
             click.echo(summary_json(summary))
             if out is not None:  # on stderr: stdout is the JSON alone, for a pipe

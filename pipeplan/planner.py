@@ -12,7 +12,7 @@ import gc
 import inspect
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -261,14 +261,19 @@ class Comparison:
         return found
 
 
-def evaluate_named(problem: Problem, fitting_only: bool = False) -> tuple[list[Evaluated], dict[str, str]]:
+def evaluate_named(problem: Problem, fitting_only: bool = False,
+                   stop: StopRequest | None = None) -> tuple[list[Evaluated], dict[str, str]]:
     """Replay every registered schedule that applies; return them and, keyed by name, why others were skipped.
 
     ``fitting_only``: leave out, unreplayed, the schedules whose orders alone show a peak above the budget
-    (:func:`~pipeplan.metrics.order_peaks`; a replay takes about a second at 200,000 ops)."""
+    (:func:`~pipeplan.metrics.order_peaks`; a replay takes about a second at 200,000 ops). Once ``stop`` is
+    requested the schedules not replayed yet are left out too."""
     named: list[Evaluated] = []
     built, skipped = schedules.generate_applicable(problem)
     for schedule in built:
+        if stop is not None and stop.requested:
+            log.info("stop requested: %s and the named schedules after it not replayed", schedule.name)
+            break
         if fitting_only and problem.budget is not None:
             peaks = order_peaks(problem, schedule)
             if peaks is not None and not within_budget(peaks, problem.budget):
@@ -289,16 +294,23 @@ def compare(
     time_limit_s: float | None = None,
     num_workers: int | None = None,
     random_seed: int | None = None,
+    phase: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Replay every named schedule, run the optimizer, and choose the feasible schedule with the best objective.
 
     ``settings`` and the keywords as in :func:`~pipeplan.solver.solve` (the defaults when None, a keyword over
     its field). ``stop`` ends the optimizer's search early (its answer is then the best found so far, marked
-    interrupted)."""
+    interrupted); once the search is over it ends the comparison with the other layouts. ``phase``, when given,
+    hears each step as it begins: "named" (the named schedules replayed), "search" (the optimizer) and
+    "layouts" (the named schedules on the other layouts), then "done" when the comparison is whole."""
     settings, hints = checked_arguments(problem, settings, hints=hints, progress=progress, stop=stop,
                                         objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
                                         random_seed=random_seed)
+    if phase is not None:
+        phase("named")
     named, skipped = evaluate_named(problem)
+    if phase is not None:
+        phase("search")
     optimal = solve_checked(problem, settings, progress=progress, hints=hints, stop=stop,
                             named=[(e.schedule, e.metrics) for e in named])
     order = {name: i for i, name in enumerate(schedules.names())}
@@ -313,14 +325,19 @@ def compare(
     best = min(entry[0] for entry in feasible)
     tied = [entry for entry in feasible if entry[0] <= best * (1 + _TIE) + _TIE]
     chosen = min(tied, key=lambda entry: entry[1:])[-1]
+    if phase is not None:
+        phase("layouts")
     others = better_on_other_layouts(problem, settings.objective, best, stop)
+    if phase is not None:
+        phase("done")
     return Comparison(problem, settings.objective, named, optimal, skipped, chosen, others)
 
 
 def better_on_other_layouts(problem: Problem, objective: str, value: float,
                             stop: StopRequest | None = None) -> list[dict[str, Any]]:
     """Named schedules on the other layouts of :data:`LAYOUTS` that fit the budget and beat ``value``; the layouts
-    not replayed yet are left out once ``stop`` is requested (their replays take a minute at the size limit)."""
+    not replayed yet, and the schedules not replayed yet on the layout under way, are left out once ``stop`` is
+    requested (their replays take a minute at the size limit)."""
     found = []
     for chunks, placement in LAYOUTS:
         if (chunks, placement) == (problem.num_chunks, problem.placement):
@@ -334,7 +351,7 @@ def better_on_other_layouts(problem: Problem, objective: str, value: float,
         except ConfigError as exc:
             log.info("layout %s x %s does not fit: %s", chunks, placement, exc)
             continue
-        for e in evaluate_named(other, fitting_only=True)[0]:
+        for e in evaluate_named(other, fitting_only=True, stop=stop)[0]:
             if e.metrics.feasible and objective_of(e.metrics, objective) < value * (1 - _TIE):
                 found.append({"schedule": e.schedule.name, "num_chunks": chunks, "placement": placement,
                               "makespan": e.metrics.makespan, "stage_span": e.metrics.stage_span,

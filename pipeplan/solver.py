@@ -11,7 +11,9 @@ the proven bound first. The whole-model search gets half of the time left after 
 (:data:`FLUID_SHARE` of the time then left) and the device relaxations of :mod:`pipeplan.device_bound`
 (:data:`DEVICE_SHARE` of the time left before the fluid bound; none on two or more chunks in loop placement
 from :data:`LOOP_SKIP_RELAXATION_P` devices up) may raise the proven bound, and a
-large-neighbourhood search around the best schedule so far (:mod:`pipeplan.lns`) uses the rest. The schedule read
+large-neighbourhood search around the best schedule so far (:mod:`pipeplan.lns`) uses the rest: on a large model
+whose best schedule is still a named one, for :data:`SHORT_RUN_SHARE` of it first on a shorter run of that
+schedule, what it finds there spliced into the long run (:mod:`pipeplan.splice`). The schedule read
 back is only an order per device; the simulator replays it in the problem's exact units and that replay is
 the result, so every number a user sees comes from one place.
 
@@ -38,7 +40,18 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from pipeplan import collision_bound, cpsat, device_bound, fluid_bound, lattice, lns, periodic, schedules, spacing
+from pipeplan import (
+    collision_bound,
+    cpsat,
+    device_bound,
+    fluid_bound,
+    lattice,
+    lns,
+    periodic,
+    schedules,
+    spacing,
+    splice,
+)
 from pipeplan.bounds import (
     FEASIBLE,
     OPTIMAL,
@@ -117,6 +130,10 @@ LARGE_MODEL_OPS = 2_000
 # of the neighbourhood search's time, and the best found so far the rest (see _search_around).
 RIVAL_MARGIN = 0.03
 PROBE_SHARE = 0.25
+# On a large model whose best warm start is still a named schedule when the neighbourhood search begins, the
+# search first runs on a shorter run of that schedule for SHORT_RUN_SHARE of the time left, its finds spliced into
+# the long run (pipeplan.splice), and then on the long run from the best so far.
+SHORT_RUN_SHARE = 0.5
 
 # The share of the time left before the deadline that the lattice warm start (:mod:`pipeplan.lattice`) may take;
 # it tries its densest patterns first and keeps the fastest that fits when time runs out.
@@ -979,6 +996,13 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
         proved = (lambda ticks: tell(None, ticks / time_scale)) if progress is not None else None
         raise_bound(_device_bound(ticked, settings, deadline, stop, bound_ticks, chosen, value * time_scale, deltas,
                                   report=proved, seconds=relaxation_s), "device relaxation", value)
+    if (status != cp_model.OPTIMAL and value > bound() * (1 + _EPS) and _is_large(len(model.tasks))
+            and chosen is best.schedule and best.named):
+        spliced = _short_run_search(problem, best, settings, deadline, stop,
+                                    report=lambda objective: tell(objective, bound()))
+        if spliced is not None:
+            chosen, value = spliced
+            source = "lns"
     if status != cp_model.OPTIMAL and value > bound() * (1 + _EPS):
         rival = _rival(candidates, (chosen, best.schedule), value)
         better = (lambda objective: tell(objective, bound())) if progress is not None else None
@@ -1237,6 +1261,34 @@ def _search_around(problem: Problem, model: _Model, incumbent: Schedule, value: 
         if metrics.feasible and found_value < best_value * (1 - _EPS):
             best, best_value = found, found_value
     return best, best_value
+
+
+def _short_run_search(problem: Problem, best: _Candidate, settings: SolverSettings, deadline: float,
+                      stop: StopRequest | None, report: Callable[[float], None]) -> tuple[Schedule, float] | None:
+    """The best schedule of ``problem`` (and its objective) that the neighbourhood search on a shorter run of the
+    named warm start ``best`` finds, spliced into the long run (:mod:`pipeplan.splice`), within
+    :data:`SHORT_RUN_SHARE` of the time left before ``deadline``; None when no short run splices onto ``best``'s
+    orders or nothing better is found. ``report`` hears each better objective."""
+    run = splice.short_run(problem, best.schedule.name, best.schedule)
+    if run is None:
+        log.info("short run: none splices onto %s's orders", best.schedule.name)
+        return None
+    until = time.monotonic() + SHORT_RUN_SHARE * max(0.0, deadline - time.monotonic())
+    ticked = tick_problem(run.problem)[0]
+    model = _Model(ticked, settings.objective, _horizon(ticked, run.base, settings.objective))
+    log.info("short run: %s at N=%d for the search, spliced into N=%d", best.schedule.name,
+             run.problem.num_microbatches, problem.num_microbatches)
+
+    def value_of(timeline: Timeline) -> float:
+        return objective_of(compute_metrics(timeline), settings.objective)
+
+    found = splice.improve(
+        problem, run, ticked, model.for_lns, best.schedule, value_of, until, num_workers=int(settings.num_workers),
+        seed=int(settings.random_seed), should_stop=lambda: stop is not None and stop.requested,
+        on_improvement=lambda schedule: report(value_of(simulate(problem, schedule))))
+    if found is None:
+        return None
+    return found, value_of(simulate(problem, found))
 
 
 def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSettings, deadline: float,

@@ -25,6 +25,7 @@ import pytest
 
 import pipeplan.cli
 import pipeplan.frontier
+import pipeplan.planner
 from pipeplan.cli import INTERRUPTED, TERMINATED, main
 from pipeplan.solver import StopRequest
 
@@ -272,6 +273,57 @@ def test_a_ctrl_c_after_the_search_ended_says_the_answer_is_whole(
     assert json.loads(captured.out)["interrupted"] is False
     assert "interrupted after the search had finished: the results above are complete" in captured.err
     assert "stopped early" not in captured.err
+
+
+def test_the_progress_line_says_what_solve_does_before_and_after_the_search(monkeypatch: pytest.MonkeyPatch,
+                                                                             config: str) -> None:
+    # On a large pipeline the named schedules' replays before the search and on the other layouts after it each
+    # take longer than the search's time limit; the line said "solving" all along.
+    real = pipeplan.cli.compare
+    seen: list[tuple[str, str]] = []
+
+    def watching(problem: Any, settings: Any, *, progress: Any, stop: Any, phase: Any) -> Any:
+        def heard(step: str) -> None:
+            phase(step)
+            seen.append((step, progress.__rich__()))
+
+        return real(problem, settings, progress=progress, stop=stop, phase=heard)
+
+    monkeypatch.setattr(pipeplan.cli, "compare", watching)
+    assert main(["solve", config, "--time-limit", "1", "--format", "json"]) == 0
+    assert [step for step, _ in seen] == ["named", "search", "layouts", "done"]
+    assert seen[0][1] == "replaying the named schedules ..."
+    assert seen[1][1].startswith("solving: ")
+    assert seen[2][1] == seen[3][1] == "replaying the named schedules on the other layouts ..."
+
+
+def test_a_ctrl_c_while_the_other_layouts_are_compared_cuts_that_comparison_short(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, config: str
+) -> None:
+    # The search is over; a Ctrl-C while the named schedules are replayed on the other layouts (a minute at the size
+    # limit) says at once that it stops that comparison rather than the search, the schedules not replayed yet are
+    # left out, and the last line says what the results lack.
+    real = pipeplan.planner.evaluate_named
+    replayed: list[int] = []
+
+    def ctrl_c_then_evaluate(problem: Any, fitting_only: bool = False, stop: Any = None) -> Any:
+        if fitting_only and len(replayed) == 1:  # the first other layout (the config's own came first)
+            os.kill(os.getpid(), signal.SIGINT)
+        found = real(problem, fitting_only, stop)
+        replayed.append(len(found[0]))
+        return found
+
+    monkeypatch.setattr(pipeplan.planner, "evaluate_named", ctrl_c_then_evaluate)
+    code = main(["solve", config, "--time-limit", "1", "--format", "json", "--quiet"])
+    captured = capsys.readouterr()
+    assert code == INTERRUPTED
+    assert replayed[0] > 0 and replayed[1:] == [0]  # the config's layout in full, then nothing after the Ctrl-C
+    summary = json.loads(captured.out)
+    assert summary["interrupted"] is False and summary["other_layouts"] == []
+    assert "pipeplan: interrupted: the search is over: stopping the comparison with the other layouts" in captured.err
+    assert captured.err.strip().splitlines()[-1] == (
+        "pipeplan: interrupted after the search had finished: the results above are complete but for the other "
+        "layouts, whose comparison it cut short")
 
 
 def test_a_ctrl_c_while_the_answer_is_shown_says_the_folder_is_whole(
