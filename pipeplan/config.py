@@ -260,6 +260,7 @@ def warn_mixed_forms(kwargs: dict[str, Any], problem: Problem, names: Mapping[st
     defaults = inspect.signature(Problem.build).parameters
     per_stage: list[str] = []
     shares: list[str] = []
+    example = ""  # the first share's first nonzero value, split: "backward 2 is 1 a model stage"
     for name, (keyword, default_counts) in _SPLIT_FIELDS.items():
         if keyword not in kwargs and not default_counts:
             continue
@@ -270,13 +271,18 @@ def warn_mixed_forms(kwargs: dict[str, Any], problem: Problem, names: Mapping[st
             continue
         shown_name = (names or {}).get(name, name)
         label = shown_name if keyword in kwargs else f"{shown_name} (its default, {default:g})"
-        (per_stage if len(values) == problem.num_model_stages else shares).append(label)
+        if len(values) == problem.num_model_stages:
+            per_stage.append(label)
+        else:
+            shares.append(label)
+            if not example:
+                share = next(float(v) for v in values if is_number(v) and float(v) != 0)  # type: ignore[arg-type]
+                example = f"{shown_name} {share:g} is {share / problem.num_chunks:g} a model stage"
     if per_stage and shares:
-        chunks = problem.num_chunks
         log.warning("%s list%s one value per model stage, taken as written, while %s %s each device's share, split "
-                    "over its %d chunks (a number 1.0 is %g a model stage): give every such field in one form",
+                    "over its %d chunks (%s): give every such field in one form",
                     ", ".join(per_stage), "" if len(per_stage) > 1 else "s", ", ".join(shares),
-                    "are" if len(shares) > 1 else "is", chunks, 1.0 / chunks)
+                    "are" if len(shares) > 1 else "is", problem.num_chunks, example)
 
 
 def warn_unused_comm(comm: object, problem: Problem) -> None:

@@ -311,7 +311,7 @@ def test_plan_warns_of_mixed_forms_as_a_config_does(caplog: pytest.LogCaptureFix
     with caplog.at_level("WARNING", logger="pipeplan.config"):
         plan(num_stages=4, total_microbatches=8, forward=[1.0] * 8, num_chunks=2)
     assert caplog.messages == ["forward lists one value per model stage, taken as written, while backward (its "
-                               "default, 2) is each device's share, split over its 2 chunks (a number 1.0 is 0.5 a "
+                               "default, 2) is each device's share, split over its 2 chunks (backward 2 is 1 a "
                                "model stage): give every such field in one form"]
     caplog.clear()
     with caplog.at_level("WARNING", logger="pipeplan.config"):

@@ -878,3 +878,12 @@ def test_an_overflow_note_never_shows_the_same_figure_twice() -> None:
                       pipeline_parallel=8, data_parallel=2, global_batch_size=256, seq_len=4096, schedule="1f1b")
     assert not result["fits"]
     assert result["note"] == "1f1b keeps 22.25 GiB of activations live, over the 22.16 GiB left"
+
+
+def test_the_report_shows_inline_models_and_lists_as_text_not_python() -> None:
+    from pipeplan.report.sizing import setting_text
+
+    assert setting_text({"num_layers": 40, "hidden": 5120}) == "num_layers: 40, hidden: 5120"
+    assert setting_text(["selective", "full"]) == "selective, full"
+    assert setting_text({"preset": "a100-80gb", "efficiency": [0.5, 0.6]}) == "preset: a100-80gb, efficiency: 0.5, 0.6"
+    assert setting_text(512) == "512" and setting_text("llama3.1-70b") == "llama3.1-70b"

@@ -8,7 +8,7 @@ activation memory (the figures of :mod:`pipeplan.report.figures`, on the best pl
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +296,16 @@ def best_config_text(result: StudyResult) -> str:
     return header + yaml.safe_dump(record, sort_keys=False, width=120)
 
 
+def setting_text(value: object) -> str:
+    """A study setting as the report shows it: a mapping (a model or GPU given inline) as "key: value, ...", a list
+    as "a, b", anything else as its text (a page said "{'num_layers': 40, ...}" and "['selective', 'full']")."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key}: {setting_text(item)}" for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(setting_text(item) for item in value)
+    return str(value)
+
+
 def write_size_folder(out: Path, force: bool, result: StudyResult, top: int,
                       extra: Callable[[Path], None] | None = None) -> None:
     """Write sweep.csv, report.html and best.yaml to ``out`` atomically (nothing is left on error); ``extra``
@@ -306,10 +316,11 @@ def write_size_folder(out: Path, force: bool, result: StudyResult, top: int,
                 f"{result.best['tokens_per_s']:,.0f} tokens/s, MFU {result.best['mfu']:.1%}, "
                 f"{_gib(result.best['memory_gib'])} GiB per GPU of {result.best['capacity_gib']:.0f}.")
     kwargs = result.study.sweep_kwargs
-    settings = {key: str(kwargs[key]) for key in ("model", "hardware", "num_gpus", "global_batch_size", "seq_len")}
-    settings["searched"] = ", ".join(f"{k}={kwargs[k]}" for k in ("tensor_parallel", "pipeline_parallel",
-                                                                   "microbatch_size", "num_chunks", "recompute",
-                                                                   "schedules") if k in kwargs)
+    settings = {key: setting_text(kwargs[key])
+                for key in ("model", "hardware", "num_gpus", "global_batch_size", "seq_len")}
+    settings["searched"] = "; ".join(f"{k}: {setting_text(kwargs[k])}" for k in (
+        "tensor_parallel", "pipeline_parallel", "microbatch_size", "num_chunks", "recompute", "schedules")
+        if k in kwargs)
     gain = gain_sentence(result.gain_label, result.baseline, result.optimal)
     outside = outside_ranking(result)
     page = build_report(result.study.name, frame, top, result.best["timeline"], headline,
