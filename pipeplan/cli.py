@@ -1239,6 +1239,8 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
         message = (stopped_sweep(done, stats["total"], "budgets", place.store_path, out if written else None,
                                  refresh=refresh)
                    if done < stats["total"] else _interrupted_late("every budget"))
+        if done < stats["total"] and (left := _not_run(sweep, rows)):
+            message += f" (not run: {_budget_list(left)})"
     _exit_if_interrupted(stop, message)
 
 
@@ -1264,9 +1266,15 @@ def _stopped_in_process(budgets: Sequence[float], rows: Sequence[Any]) -> str:
                  f"whole)")
     if not left:
         return f"interrupted: {done}"
-    shown = ", ".join(format_memory(budget) for budget in left[:8]) + (", ..." if len(left) > 8 else "")
-    return (f"interrupted: {done}; {len(left)} of {len(set(budgets))} budgets were not run ({shown}); with "
-            "--store FILE a sweep keeps every budget it finishes and the same command again runs only the rest")
+    return (f"interrupted: {done}; {len(left)} of {len(set(budgets))} budgets were not run ({_budget_list(left)}); "
+            "with --store FILE a sweep keeps every budget it finishes and the same command again runs only the rest")
+
+
+def _budget_list(budgets: Sequence[float]) -> str:
+    """Budgets as a short list: the first eight, then "..."."""
+    from pipeplan.report.tables import format_memory
+
+    return ", ".join(format_memory(budget) for budget in budgets[:8]) + (", ..." if len(budgets) > 8 else "")
 
 
 def _write_frontier(out: Path | None, force: bool, rows: list[Any], cfg: Config, settings: SolverSettings,
