@@ -134,6 +134,9 @@ PROBE_SHARE = 0.25
 # search first runs on a shorter run of that schedule for SHORT_RUN_SHARE of the time left, its finds spliced into
 # the long run (pipeplan.splice), and then on the long run from the best so far.
 SHORT_RUN_SHARE = 0.5
+# ... when that share is at least SHORT_RUN_MIN_S seconds: the short run's model takes about a second to build at
+# 12,000 ops, and its tail windows seconds to find a move.
+SHORT_RUN_MIN_S = 2.0
 
 # The share of the time left before the deadline that the lattice warm start (:mod:`pipeplan.lattice`) may take;
 # it tries its densest patterns first and keeps the fastest that fits when time runs out.
@@ -1267,13 +1270,17 @@ def _short_run_search(problem: Problem, best: _Candidate, settings: SolverSettin
                       stop: StopRequest | None, report: Callable[[float], None]) -> tuple[Schedule, float] | None:
     """The best schedule of ``problem`` (and its objective) that the neighbourhood search on a shorter run of the
     named warm start ``best`` finds, spliced into the long run (:mod:`pipeplan.splice`), within
-    :data:`SHORT_RUN_SHARE` of the time left before ``deadline``; None when no short run splices onto ``best``'s
-    orders or nothing better is found. ``report`` hears each better objective."""
+    :data:`SHORT_RUN_SHARE` of the time left before ``deadline`` (none when that is below :data:`SHORT_RUN_MIN_S`);
+    None when no short run splices onto ``best``'s orders or nothing better is found. ``report`` hears each better
+    objective."""
+    share = SHORT_RUN_SHARE * max(0.0, deadline - time.monotonic())
+    if share < SHORT_RUN_MIN_S or (stop is not None and stop.requested):
+        return None
     run = splice.short_run(problem, best.schedule.name, best.schedule)
     if run is None:
         log.info("short run: none splices onto %s's orders", best.schedule.name)
         return None
-    until = time.monotonic() + SHORT_RUN_SHARE * max(0.0, deadline - time.monotonic())
+    until = time.monotonic() + share
     ticked = tick_problem(run.problem)[0]
     model = _Model(ticked, settings.objective, _horizon(ticked, run.base, settings.objective))
     log.info("short run: %s at N=%d for the search, spliced into N=%d", best.schedule.name,
