@@ -645,17 +645,10 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
     # while the folder is written, the write's guard drops it whole (main then names it); while the answer is
     # shown, that finishes (a second Ctrl-C aborts), as during a sweep.
     with _Interrupts(stop) as interrupts:
-        cut_layouts = False  # whether a Ctrl-C came while the other layouts were compared
-
         def phase(step: str) -> None:
-            nonlocal cut_layouts
-            if step == "done":  # a stop requested since the other layouts began cut their comparison short
-                cut_layouts = cut_layouts and stop.requested
-                return
             progress.phase = _PHASES[step]
             if step == "layouts":
                 interrupts.finishing = "the search is over: stopping the comparison with the other layouts"
-                cut_layouts = not stop.requested
 
         with _ProgressLine(not quiet, cfg.units.time) as progress:
             comparison = compare(cfg.problem, settings, progress=progress, stop=stop, phase=phase)
@@ -675,7 +668,7 @@ def solve(config: str, time_limit: float | None, objective: str | None, workers:
         # A Ctrl-C after the search ended (while the other layouts were compared or the folder written, say) left
         # the answer whole.
         message = (_INTERRUPTED_SEARCH if comparison.optimal.interrupted else
-                   _interrupted_late("the search", "" if not cut_layouts else
+                   _interrupted_late("the search", "" if comparison.other_layouts_whole else
                                      "but for the other layouts, whose comparison it cut short"))
         if fmt == "json":
             click.echo(summary_json(summary))

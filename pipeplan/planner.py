@@ -213,6 +213,9 @@ class Comparison:
     skipped: dict[str, str]
     chosen: str
     other_layouts: list[dict[str, Any]]
+    other_layouts_whole: bool = True
+    """False when a stop left some named schedules on the other layouts unreplayed (``other_layouts`` may then
+    lack some)."""
 
     def rows(self) -> list[dict[str, Any]]:
         """One JSON-ready record per schedule: ``simulate``'s fields, plus status, bound and gap for the optimizer."""
@@ -261,26 +264,32 @@ class Comparison:
         return found
 
 
-def evaluate_named(problem: Problem, fitting_only: bool = False,
-                   stop: StopRequest | None = None) -> tuple[list[Evaluated], dict[str, str]]:
+def evaluate_named(problem: Problem, fitting_only: bool = False) -> tuple[list[Evaluated], dict[str, str]]:
     """Replay every registered schedule that applies; return them and, keyed by name, why others were skipped.
 
     ``fitting_only``: leave out, unreplayed, the schedules whose orders alone show a peak above the budget
-    (:func:`~pipeplan.metrics.order_peaks`; a replay takes about a second at 200,000 ops). Once ``stop`` is
-    requested the schedules not replayed yet are left out too."""
+    (:func:`~pipeplan.metrics.order_peaks`; a replay takes about a second at 200,000 ops)."""
+    named, skipped, _ = replay_named(problem, fitting_only)
+    return named, skipped
+
+
+def replay_named(problem: Problem, fitting_only: bool = False,
+                 stop: StopRequest | None = None) -> tuple[list[Evaluated], dict[str, str], bool]:
+    """:func:`evaluate_named`, leaving out the schedules not replayed yet once ``stop`` is requested; the third
+    value says whether none was left out so."""
     named: list[Evaluated] = []
     built, skipped = schedules.generate_applicable(problem)
     for schedule in built:
-        if stop is not None and stop.requested:
-            log.info("stop requested: %s and the named schedules after it not replayed", schedule.name)
-            break
         if fitting_only and problem.budget is not None:
             peaks = order_peaks(problem, schedule)
             if peaks is not None and not within_budget(peaks, problem.budget):
                 continue
+        if stop is not None and stop.requested:
+            log.info("stop requested: %s and the named schedules after it not replayed", schedule.name)
+            return named, skipped, False
         timeline = simulate(problem, schedule)
         named.append(Evaluated(schedule, timeline, compute_metrics(timeline)))
-    return named, skipped
+    return named, skipped, True
 
 
 def compare(
@@ -300,9 +309,9 @@ def compare(
 
     ``settings`` and the keywords as in :func:`~pipeplan.solver.solve` (the defaults when None, a keyword over
     its field). ``stop`` ends the optimizer's search early (its answer is then the best found so far, marked
-    interrupted); once the search is over it ends the comparison with the other layouts. ``phase``, when given,
-    hears each step as it begins: "named" (the named schedules replayed), "search" (the optimizer) and
-    "layouts" (the named schedules on the other layouts), then "done" when the comparison is whole."""
+    interrupted); once the search is over it ends the comparison with the other layouts (the comparison's
+    ``other_layouts_whole`` is then False). ``phase``, when given, hears each step as it begins: "named" (the named
+    schedules replayed), "search" (the optimizer) and "layouts" (the named schedules on the other layouts)."""
     settings, hints = checked_arguments(problem, settings, hints=hints, progress=progress, stop=stop,
                                         objective=objective, time_limit_s=time_limit_s, num_workers=num_workers,
                                         random_seed=random_seed)
@@ -327,33 +336,35 @@ def compare(
     chosen = min(tied, key=lambda entry: entry[1:])[-1]
     if phase is not None:
         phase("layouts")
-    others = better_on_other_layouts(problem, settings.objective, best, stop)
-    if phase is not None:
-        phase("done")
-    return Comparison(problem, settings.objective, named, optimal, skipped, chosen, others)
+    others, whole = better_on_other_layouts(problem, settings.objective, best, stop)
+    return Comparison(problem, settings.objective, named, optimal, skipped, chosen, others, whole)
 
 
 def better_on_other_layouts(problem: Problem, objective: str, value: float,
-                            stop: StopRequest | None = None) -> list[dict[str, Any]]:
-    """Named schedules on the other layouts of :data:`LAYOUTS` that fit the budget and beat ``value``; the layouts
-    not replayed yet, and the schedules not replayed yet on the layout under way, are left out once ``stop`` is
-    requested (their replays take a minute at the size limit)."""
+                            stop: StopRequest | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """Named schedules on the other layouts of :data:`LAYOUTS` that fit the budget and beat ``value``, and whether
+    every one was replayed: the layouts not replayed yet, and the schedules not replayed yet on the layout under
+    way, are left out once ``stop`` is requested (their replays take a minute at the size limit)."""
     found = []
+    whole = True
     for chunks, placement in LAYOUTS:
         if (chunks, placement) == (problem.num_chunks, problem.placement):
             continue
         if stop is not None and stop.requested:
             log.info("stop requested: named schedules on the other layouts from %s x %s on not replayed", chunks,
                      placement)
+            whole = False
             break
         try:
             other = problem.with_layout(chunks, placement)
         except ConfigError as exc:
             log.info("layout %s x %s does not fit: %s", chunks, placement, exc)
             continue
-        for e in evaluate_named(other, fitting_only=True, stop=stop)[0]:
+        replayed, _, all_replayed = replay_named(other, fitting_only=True, stop=stop)
+        whole = whole and all_replayed
+        for e in replayed:
             if e.metrics.feasible and objective_of(e.metrics, objective) < value * (1 - _TIE):
                 found.append({"schedule": e.schedule.name, "num_chunks": chunks, "placement": placement,
                               "makespan": e.metrics.makespan, "stage_span": e.metrics.stage_span,
                               "peak_memory": e.metrics.peak_memory})
-    return sorted(found, key=lambda row: row[objective])
+    return sorted(found, key=lambda row: row[objective]), whole

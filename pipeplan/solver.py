@@ -1001,7 +1001,7 @@ def solve_checked(problem: Problem, settings: SolverSettings, *, progress: Progr
                                   report=proved, seconds=relaxation_s), "device relaxation", value)
     if (status != cp_model.OPTIMAL and value > bound() * (1 + _EPS) and _is_large(len(model.tasks))
             and chosen is best.schedule and best.named):
-        spliced = _short_run_search(problem, best, settings, deadline, stop,
+        spliced = _short_run_search(problem, best, settings, deadline, stop, bound(),
                                     report=lambda objective: tell(objective, bound()))
         if spliced is not None:
             chosen, value = spliced
@@ -1267,35 +1267,31 @@ def _search_around(problem: Problem, model: _Model, incumbent: Schedule, value: 
 
 
 def _short_run_search(problem: Problem, best: _Candidate, settings: SolverSettings, deadline: float,
-                      stop: StopRequest | None, report: Callable[[float], None]) -> tuple[Schedule, float] | None:
+                      stop: StopRequest | None, bound: float, report: Callable[[float], None]
+                      ) -> tuple[Schedule, float] | None:
     """The best schedule of ``problem`` (and its objective) that the neighbourhood search on a shorter run of the
     named warm start ``best`` finds, spliced into the long run (:mod:`pipeplan.splice`), within
-    :data:`SHORT_RUN_SHARE` of the time left before ``deadline`` (none when that is below :data:`SHORT_RUN_MIN_S`);
-    None when no short run splices onto ``best``'s orders or nothing better is found. ``report`` hears each better
-    objective."""
+    :data:`SHORT_RUN_SHARE` of the time left before ``deadline`` (none when that is below :data:`SHORT_RUN_MIN_S`
+    or a stop was requested), ending early when it meets ``bound`` (proven, the config's unit); None when no short
+    run splices onto ``best``'s orders or nothing better is found. ``report`` hears each better objective."""
     share = SHORT_RUN_SHARE * max(0.0, deadline - time.monotonic())
     if share < SHORT_RUN_MIN_S or (stop is not None and stop.requested):
         return None
+    until = time.monotonic() + share  # building the short run's model counts against its share
     run = splice.short_run(problem, best.schedule.name, best.schedule)
     if run is None:
         log.info("short run: none splices onto %s's orders", best.schedule.name)
         return None
-    until = time.monotonic() + share
     ticked = tick_problem(run.problem)[0]
     model = _Model(ticked, settings.objective, _horizon(ticked, run.base, settings.objective))
     log.info("short run: %s at N=%d for the search, spliced into N=%d", best.schedule.name,
              run.problem.num_microbatches, problem.num_microbatches)
-
-    def value_of(timeline: Timeline) -> float:
-        return objective_of(compute_metrics(timeline), settings.objective)
-
-    found = splice.improve(
-        problem, run, ticked, model.for_lns, best.schedule, value_of, until, num_workers=int(settings.num_workers),
-        seed=int(settings.random_seed), should_stop=lambda: stop is not None and stop.requested,
-        on_improvement=lambda schedule: report(value_of(simulate(problem, schedule))))
-    if found is None:
-        return None
-    return found, value_of(simulate(problem, found))
+    return splice.improve(
+        problem, run, ticked, model.for_lns, best.schedule, best.objective,
+        value_of=lambda timeline: objective_of(compute_metrics(timeline), settings.objective),
+        deadline=until, num_workers=int(settings.num_workers), seed=int(settings.random_seed), target=bound,
+        should_stop=lambda: stop is not None and stop.requested,
+        on_improvement=lambda schedule, value: report(value))
 
 
 def _neighbourhood_search(model: _Model, incumbent: Schedule, settings: SolverSettings, deadline: float,

@@ -147,41 +147,49 @@ def short_run(problem: Problem, name: str, long_base: Schedule) -> ShortRun | No
 
 
 def improve(problem: Problem, run: ShortRun, ticked_short: Problem, model: lns.LnsModel, long_base: Schedule,
-            value_of: Callable[[Timeline], float], deadline: float, num_workers: int, seed: int = 0,
-            should_stop: Callable[[], bool] = lambda: False,
-            on_improvement: Callable[[Schedule], None] = lambda schedule: None) -> Schedule | None:
-    """The best spliced schedule of ``problem`` (replayed on it, within its budget, better than ``long_base``)
-    from the neighbourhood search on the short run until ``deadline`` (time.monotonic()); None when none is.
+            long_value: float, value_of: Callable[[Timeline], float], deadline: float, num_workers: int,
+            seed: int = 0, target: float = 0.0, should_stop: Callable[[], bool] = lambda: False,
+            on_improvement: Callable[[Schedule, float], None] = lambda schedule, value: None,
+            ) -> tuple[Schedule, float] | None:
+    """The best spliced schedule of ``problem`` (replayed on it, within its budget, better than ``long_base``,
+    whose objective is ``long_value``) from the neighbourhood search on the short run until ``deadline``
+    (time.monotonic()), and its objective; None when none is found.
 
     ``ticked_short`` is the short run's problem in the model's ticks and ``model`` its CP-SAT model for the
-    search; ``value_of`` gives a replayed timeline's objective (on ``problem``, the config's unit).
-    ``on_improvement`` hears each better spliced schedule as it is found.
+    search; ``value_of`` gives a replayed timeline's objective, in the timeline's own unit (the search's timelines
+    are in ticks, the spliced ones in the config's unit). The search ends early once ``should_stop()`` or once the
+    best spliced schedule meets ``target``, a proven lower bound (the config's unit). ``on_improvement`` hears each
+    better spliced schedule and its objective as it is found.
     """
     shift = problem.num_microbatches - run.problem.num_microbatches
     best: Schedule | None = None
-    best_value = value_of(simulate(problem, long_base))
-    spliced = failed = 0
+    best_value = long_value
+    spliced = unspliceable = deadlocked = 0
 
     def heard(found: Schedule) -> None:
-        nonlocal best, best_value, spliced, failed
+        nonlocal best, best_value, spliced, unspliceable, deadlocked
         candidate = splice(long_base, run.base, found, shift, name="optimal")
         if candidate is None:
-            failed += 1
+            unspliceable += 1
             return
         try:
             replay = simulate(problem, candidate)
         except ScheduleError:
-            failed += 1
+            deadlocked += 1
             return
         spliced += 1
-        if compute_metrics(replay).feasible and value_of(replay) < best_value:
-            best, best_value = candidate, value_of(replay)
+        value = value_of(replay)
+        if compute_metrics(replay).feasible and value < best_value:
+            best, best_value = candidate, value
             log.info("short run: a better schedule at N=%d spliced into N=%d: %s", run.problem.num_microbatches,
                      problem.num_microbatches, best_value)
-            on_improvement(candidate)
+            on_improvement(candidate, value)
 
-    lns.improve(model, ticked_short, run.base, value_of=lambda timeline: value_of(timeline),
-                deadline=deadline, num_workers=num_workers, seed=seed, should_stop=should_stop,
-                on_improvement=heard, tail=TAIL)
-    log.info("short run: %d better short schedules spliced, %d not spliceable", spliced, failed)
-    return best
+    def done() -> bool:
+        return should_stop() or best_value <= target * (1 + 1e-9)
+
+    lns.improve(model, ticked_short, run.base, value_of=value_of, deadline=deadline, num_workers=num_workers,
+                seed=seed, should_stop=done, on_improvement=heard, tail=TAIL)
+    log.info("short run: %d better short schedules spliced (%d of them could not be, %d deadlocked once spliced)",
+             spliced + unspliceable + deadlocked, unspliceable, deadlocked)
+    return None if best is None else (best, best_value)

@@ -292,10 +292,10 @@ def test_the_progress_line_says_what_solve_does_before_and_after_the_search(monk
 
     monkeypatch.setattr(pipeplan.cli, "compare", watching)
     assert main(["solve", config, "--time-limit", "1", "--format", "json"]) == 0
-    assert [step for step, _ in seen] == ["named", "search", "layouts", "done"]
+    assert [step for step, _ in seen] == ["named", "search", "layouts"]
     assert seen[0][1] == "replaying the named schedules ..."
     assert seen[1][1].startswith("solving: ")
-    assert seen[2][1] == seen[3][1] == "replaying the named schedules on the other layouts ..."
+    assert seen[2][1] == "replaying the named schedules on the other layouts ..."
 
 
 def test_a_ctrl_c_while_the_other_layouts_are_compared_cuts_that_comparison_short(
@@ -304,17 +304,17 @@ def test_a_ctrl_c_while_the_other_layouts_are_compared_cuts_that_comparison_shor
     # The search is over; a Ctrl-C while the named schedules are replayed on the other layouts (a minute at the size
     # limit) says at once that it stops that comparison rather than the search, the schedules not replayed yet are
     # left out, and the last line says what the results lack.
-    real = pipeplan.planner.evaluate_named
+    real = pipeplan.planner.replay_named
     replayed: list[int] = []
 
-    def ctrl_c_then_evaluate(problem: Any, fitting_only: bool = False, stop: Any = None) -> Any:
+    def ctrl_c_then_replay(problem: Any, fitting_only: bool = False, stop: Any = None) -> Any:
         if fitting_only and len(replayed) == 1:  # the first other layout (the config's own came first)
             os.kill(os.getpid(), signal.SIGINT)
         found = real(problem, fitting_only, stop)
         replayed.append(len(found[0]))
         return found
 
-    monkeypatch.setattr(pipeplan.planner, "evaluate_named", ctrl_c_then_evaluate)
+    monkeypatch.setattr(pipeplan.planner, "replay_named", ctrl_c_then_replay)
     code = main(["solve", config, "--time-limit", "1", "--format", "json", "--quiet"])
     captured = capsys.readouterr()
     assert code == INTERRUPTED
