@@ -507,13 +507,28 @@ def _announced(path: str, what: str = "the YAML") -> str:
     return path
 
 
-def _refuse_existing(out: Path | None, force: bool) -> None:
-    """Fail early, before a long solve, when --out may not be replaced or cannot be created; warn that --force
-    does nothing without --out."""
+def _refuse_existing(out: Path | None, force: bool, kind: str = "solve") -> None:
+    """Fail early, before a long solve, when --out may not be replaced or cannot be created (saying so when it is
+    another command's unfinished sweep, which --force would lose); warn that --force does nothing without --out.
+    ``kind``: the command, as named in the message."""
     if out is not None:
+        if not force and is_unfinished_sweep(out):
+            _refuse_unfinished(out, kind)
         check_output_folder(out, force)
     elif force:
         log.warning("--force does nothing without --out DIR (it lets pipeplan replace that folder)")
+
+
+def _refuse_unfinished(out: Path, kind: str) -> None:
+    """Refuse ``out`` when it holds an unfinished sweep of a command other than ``kind`` (its store only): only
+    that command resumes it, and replacing the folder would lose what it finished."""
+    from pipeplan.store import stored_kinds
+
+    others = sorted((stored_kinds(out / STORE_NAME) or frozenset()) - {kind})
+    if others:
+        raise ConfigError(f"output folder {str(out)!r} holds an unfinished 'pipeplan {others[0]}' run (its "
+                          f"store only); run 'pipeplan {others[0]}' with this --out again to resume it, or "
+                          f"pick another --out for this {kind} (--force replaces it)")
 
 
 def _warn_refresh_without_store(refresh: bool, store: Any) -> None:
@@ -1020,15 +1035,9 @@ class _SweepPlace:
         unfinished = out is not None and is_unfinished_sweep(out)
         if unfinished and out is not None and not self.asked_force:
             # Another command's unfinished sweep is not this one's to resume: replacing it would lose its results.
-            from pipeplan.store import stored_kinds
-
-            others = sorted((stored_kinds(out / STORE_NAME) or frozenset()) - {self.kind})
-            if others:
-                raise ConfigError(f"output folder {str(out)!r} holds an unfinished 'pipeplan {others[0]}' run (its "
-                                  f"store only); run 'pipeplan {others[0]}' with this --out again to resume it, or "
-                                  f"pick another --out for this {self.kind} (--force replaces it)")
+            _refuse_unfinished(out, self.kind)
         self.force = self.asked_force or unfinished
-        _refuse_existing(out, self.force)
+        _refuse_existing(out, self.force, self.kind)
 
     def _release(self) -> None:
         if self.held is not None:
@@ -1201,7 +1210,7 @@ def frontier_cmd(config: str, budgets: str, time_limit: float | None, objective:
                 _write_frontier(out, place.force, rows, cfg, settings, no_png, place.add_store_copy,
                                 not_run=_not_run(sweep, rows), refresh=refresh)
     else:
-        _refuse_existing(out, force)
+        _refuse_existing(out, force, "frontier")
         _warn_refresh_without_store(refresh, None)
         with _Interrupts(stop), _ProgressLine(not quiet or show_progress, cfg.units.time, cfg.units.memory,
                                               forced=show_progress) as progress:

@@ -432,6 +432,26 @@ def test_an_unfinished_sweep_of_another_command_is_refused_not_taken_over(
     assert (out / "store.sqlite").read_bytes() == before
 
 
+@pytest.mark.parametrize("stored", ["size", "frontier"])
+def test_solve_names_an_unfinished_sweep_in_its_out_folder(stored: str, capsys: pytest.CaptureFixture[str],
+                                                          tmp_path: Path) -> None:
+    """solve --out on a folder holding only a sweep's store said only "already exists; pass --force", which would
+    lose the sweep's finished results; it now says whose run it is and how to resume it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    with Store(out / "store.sqlite") as store:
+        store.put("some task", stored, f"a {stored} task", error="stopped")
+    before = (out / "store.sqlite").read_bytes()
+    config = str(ROOT / "tests" / "configs" / "good-minimal.yaml")
+    code, stdout, stderr = run(capsys, "solve", config, "--time-limit", "0.5", "--quiet", "--out", str(out))
+    assert code == USER_ERROR
+    assert f"holds an unfinished 'pipeplan {stored}' run (its store only); run 'pipeplan {stored}' with this --out " \
+           "again to resume it, or pick another --out for this solve (--force replaces it)" in stderr
+    assert "Traceback" not in stderr and not stdout
+    assert [p.name for p in out.iterdir()] == ["store.sqlite"]
+    assert (out / "store.sqlite").read_bytes() == before
+
+
 def test_a_sweep_stopped_before_any_result_is_still_its_own(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """An unfinished sweep whose store holds no result yet is known by the command that made it."""
