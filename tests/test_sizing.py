@@ -887,3 +887,4 @@ def test_the_report_shows_inline_models_and_lists_as_text_not_python() -> None:
     assert setting_text(["selective", "full"]) == "selective, full"
     assert setting_text({"preset": "a100-80gb", "efficiency": [0.5, 0.6]}) == "preset: a100-80gb, efficiency: 0.5, 0.6"
     assert setting_text(512) == "512" and setting_text("llama3.1-70b") == "llama3.1-70b"
+    assert setting_text({"gated_mlp": True, "tied": False}) == "gated_mlp: true, tied: false"

@@ -298,7 +298,10 @@ def best_config_text(result: StudyResult) -> str:
 
 def setting_text(value: object) -> str:
     """A study setting as the report shows it: a mapping (a model or GPU given inline) as "key: value, ...", a list
-    as "a, b", anything else as its text (a page said "{'num_layers': 40, ...}" and "['selective', 'full']")."""
+    as "a, b", a flag as YAML writes it ("true"), anything else as its text (a page said "{'num_layers': 40, ...}"
+    and "['selective', 'full']")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, Mapping):
         return ", ".join(f"{key}: {setting_text(item)}" for key, item in value.items())
     if isinstance(value, (list, tuple)):
