@@ -88,8 +88,6 @@ def _cut(long: Sequence[Op], short: Sequence[Op], better: Sequence[Op], shift: i
     allowed = cuts(long, short, shift)
     if not allowed or len(better) != len(short):
         return None
-    if list(short) == list(better):
-        return allowed.start
     # agree_from[i]: how many ops from position i on ``short`` and ``better`` have in common, place by place.
     agree_from = [0] * (len(short) + 1)
     for i in range(len(short) - 1, -1, -1):
